@@ -1,0 +1,62 @@
+# forkbox build, setup and CI entry points. `make test` is what CI runs
+# (.ci/run); `make run` starts a daemon with defaults.
+
+# Go lives in /usr/local/go/bin on our hosts, which CI's PATH may lack.
+export PATH := /usr/local/go/bin:$(PATH)
+
+# e2e tests run this binary instead of building their own.
+export FORKBOX_BIN := $(CURDIR)/bin/forkbox
+
+GO     ?= go
+BIN    := bin/forkbox
+ARGS   ?=
+
+# Run privileged steps directly as root, else through sudo when present.
+SUDO := $(shell if [ "$$(id -u)" -ne 0 ]; then command -v sudo; fi)
+
+.PHONY: all build setup run test bench fmt fmt-check vet clean
+
+all: build
+
+# Static binary: it is bind-mounted into sandboxes whose root may lack glibc.
+# A phony target so Go's own cache decides what to rebuild.
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN) ./cmd/forkbox
+
+setup:
+	@if [ "$$(id -u)" -ne 0 ]; then \
+		if [ -n "$(SUDO)" ]; then \
+			echo "make setup: not root; using sudo"; \
+		else \
+			echo "make setup: must run as root (no sudo found)" >&2; exit 1; \
+		fi; \
+	fi
+	$(SUDO) ./scripts/setup.sh
+
+run: setup build
+	exec ./$(BIN) serve $(ARGS)
+
+test: setup build fmt-check vet
+	$(GO) test -race -count=1 -timeout 25m ./...
+
+bench: setup build
+	@if [ "$$(id -u)" -ne 0 ]; then echo "make bench: benchmarks need root" >&2; exit 1; fi
+	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./bench/...
+
+fmt:
+	gofmt -w -s .
+
+# Fails listing the files that gofmt would change.
+fmt-check:
+	@out=$$(gofmt -l .); \
+	if [ -n "$$out" ]; then \
+		echo "gofmt: these files need formatting (run make fmt):" >&2; \
+		echo "$$out" >&2; exit 1; \
+	fi
+
+vet:
+	$(GO) vet ./...
+
+clean:
+	rm -rf bin
+	$(GO) clean -testcache

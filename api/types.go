@@ -1,0 +1,141 @@
+// Package api holds the JSON wire types of forkbox's HTTP API (v1). The daemon's
+// handlers, the Go client and the CLI all use these types, so the three cannot
+// drift apart; /v1/openapi.json documents the same shapes.
+package api
+
+import "time"
+
+// Sandbox lifecycle states (SPEC §1).
+const (
+	StateCreating   = "creating"
+	StateRunning    = "running"
+	StateSuspending = "suspending"
+	StateSuspended  = "suspended"
+	StateResuming   = "resuming"
+	StateTerminated = "terminated"
+	StateError      = "error"
+)
+
+// CreateSandboxRequest is the body of POST /v1/sandboxes. Pointer fields are
+// optional; the daemon fills defaults and validates ranges.
+type CreateSandboxRequest struct {
+	Name                string            `json:"name,omitempty"`
+	Image               string            `json:"image,omitempty"`
+	SnapshotID          string            `json:"snapshot_id,omitempty"`
+	CPUs                *float64          `json:"cpus,omitempty"`
+	MemoryMB            *int64            `json:"memory_mb,omitempty"`
+	DiskMB              *int64            `json:"disk_mb,omitempty"`
+	PIDsLimit           *int64            `json:"pids_limit,omitempty"`
+	TimeoutSecs         *int64            `json:"timeout_secs,omitempty"`
+	MaxLifetimeSecs     *int64            `json:"max_lifetime_secs,omitempty"`
+	AllowInternetAccess bool              `json:"allow_internet_access,omitempty"`
+	Env                 map[string]string `json:"env,omitempty"`
+	Labels              map[string]string `json:"labels,omitempty"`
+}
+
+// Sandbox is the sandbox object the API returns.
+type Sandbox struct {
+	ID                  string            `json:"id"`
+	Name                string            `json:"name,omitempty"`
+	State               string            `json:"state"`
+	StateReason         string            `json:"state_reason,omitempty"`
+	Image               string            `json:"image"`
+	SnapshotID          string            `json:"snapshot_id,omitempty"`
+	CPUs                float64           `json:"cpus"`
+	MemoryMB            int64             `json:"memory_mb"`
+	DiskMB              int64             `json:"disk_mb"`
+	PIDsLimit           int64             `json:"pids_limit"`
+	TimeoutSecs         int64             `json:"timeout_secs"`
+	MaxLifetimeSecs     int64             `json:"max_lifetime_secs,omitempty"`
+	AllowInternetAccess bool              `json:"allow_internet_access"`
+	Env                 map[string]string `json:"env,omitempty"`
+	Labels              map[string]string `json:"labels,omitempty"`
+	CreatedAt           time.Time         `json:"created_at"`
+	LastActiveAt        time.Time         `json:"last_active_at"`
+	TerminatedAt        *time.Time        `json:"terminated_at,omitempty"`
+	Usage               *Usage            `json:"usage,omitempty"`
+}
+
+// Usage reports what a running sandbox consumes now.
+type Usage struct {
+	CPUSeconds      float64 `json:"cpu_seconds"`
+	MemoryBytes     int64   `json:"memory_bytes"`
+	MemoryPeakBytes int64   `json:"memory_peak_bytes"`
+	PIDs            int64   `json:"pids"`
+	DiskUsedBytes   int64   `json:"disk_used_bytes"`
+}
+
+// SandboxList is the body of GET /v1/sandboxes.
+type SandboxList struct {
+	Sandboxes []Sandbox `json:"sandboxes"`
+}
+
+// ExecRequest is the body of POST /v1/sandboxes/{sandbox}/exec.
+type ExecRequest struct {
+	Cmd         string            `json:"cmd"`
+	Args        []string          `json:"args,omitempty"`
+	Env         map[string]string `json:"env,omitempty"`
+	Cwd         string            `json:"cwd,omitempty"`
+	Stdin       string            `json:"stdin,omitempty"`
+	TimeoutSecs *float64          `json:"timeout_secs,omitempty"`
+}
+
+// ExecResult is the answer of a non-streaming exec. ExitCode is -1 when the
+// process was killed by a signal; Error then says why in words.
+type ExecResult struct {
+	Stdout     string `json:"stdout"`
+	Stderr     string `json:"stderr"`
+	ExitCode   int    `json:"exit_code"`
+	DurationMS int64  `json:"duration_ms"`
+	Signal     string `json:"signal,omitempty"`
+	TimedOut   bool   `json:"timed_out,omitempty"`
+	OOMKilled  bool   `json:"oom_killed,omitempty"`
+	Error      string `json:"error,omitempty"`
+}
+
+// SSE event names of a streaming exec. Each stdout/stderr event's data is
+// {"data": "..."}; the exit event's data is an ExecResult without output.
+const (
+	EventStdout = "stdout"
+	EventStderr = "stderr"
+	EventExit   = "exit"
+	EventError  = "error"
+)
+
+// OutputChunk is the data of a stdout or stderr SSE event.
+type OutputChunk struct {
+	Data string `json:"data"`
+}
+
+// FileInfo describes one entry of GET /v1/sandboxes/{sandbox}/files/list.
+type FileInfo struct {
+	Name       string    `json:"name"`
+	Path       string    `json:"path"`
+	Type       string    `json:"type"` // "file", "dir", "symlink" or "other"
+	Size       int64     `json:"size"`
+	Mode       string    `json:"mode"`
+	ModifiedAt time.Time `json:"modified_at"`
+}
+
+// FileList is the body of GET /v1/sandboxes/{sandbox}/files/list.
+type FileList struct {
+	Path    string     `json:"path"`
+	Entries []FileInfo `json:"entries"`
+}
+
+// WriteFileResult answers PUT /v1/sandboxes/{sandbox}/files.
+type WriteFileResult struct {
+	Path string `json:"path"`
+	Size int64  `json:"size"`
+}
+
+// Error is the body of every error answer.
+type Error struct {
+	Error ErrorBody `json:"error"`
+}
+
+// ErrorBody carries the machine-readable code and the human message.
+type ErrorBody struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}

@@ -1,0 +1,31 @@
+// Package client is the Go SDK for the forkbox daemon's HTTP API (v1). The
+// forkbox CLI is built on it, so everything the CLI does a program can do too.
+//
+// A Client is safe for concurrent use and holds no per-call state: create one
+// per daemon and share it. Every method takes a context; cancelling it aborts
+// the HTTP request, including a streaming exec or a large file transfer.
+//
+// Errors the daemon reports come back as *APIError, which unwraps to the
+// matching errdefs sentinel (re-exported here as ErrNotFound, ErrConflict, …),
+// so callers can branch with errors.Is:
+//
+//	c := client.FromEnv() // FORKBOX_URL, FORKBOX_API_KEY
+//	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Image: "python"})
+//	if err != nil {
+//		return err
+//	}
+//	defer c.DeleteSandbox(context.Background(), sb.ID)
+//
+//	res, err := c.Exec(ctx, sb.ID, api.ExecRequest{Cmd: "python3", Args: []string{"-c", "print(6*7)"}})
+//	if err != nil {
+//		return err
+//	}
+//	fmt.Print(res.Stdout) // 42
+//
+//	if _, err := c.GetSandbox(ctx, "no-such-box"); errors.Is(err, client.ErrNotFound) {
+//		// ...
+//	}
+//
+// Output of a long command can be consumed as it is produced with ExecStream,
+// and files move without being held in memory with WriteFile and ReadFileTo.
+package client

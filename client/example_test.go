@@ -1,0 +1,123 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"strings"
+
+	"github.com/forkbox/forkbox/api"
+	"github.com/forkbox/forkbox/client"
+)
+
+// These examples need a running daemon (forkbox serve), so they are compiled
+// but not run by go test.
+
+func Example() {
+	ctx := context.Background()
+	c := client.FromEnv() // FORKBOX_URL, FORKBOX_API_KEY
+
+	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Image: "python"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.DeleteSandbox(context.Background(), sb.ID)
+
+	res, err := c.Exec(ctx, sb.ID, api.ExecRequest{Cmd: "python3", Args: []string{"-c", "print(6*7)"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Print(res.Stdout)
+}
+
+func ExampleNew() {
+	c := client.New("http://10.0.0.5:8080", client.WithAPIKey(os.Getenv("FORKBOX_API_KEY")))
+	if err := c.Health(context.Background()); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func ExampleClient_CreateSandbox() {
+	cpus, mem, idle := 2.0, int64(2048), int64(600)
+	sb, err := client.FromEnv().CreateSandbox(context.Background(), api.CreateSandboxRequest{
+		Name:        "analysis",
+		CPUs:        &cpus,
+		MemoryMB:    &mem,
+		TimeoutSecs: &idle, // named: suspended, not terminated, after 10 idle minutes
+		Labels:      map[string]string{"team": "data"},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(sb.ID, sb.State)
+}
+
+func ExampleClient_ListSandboxes() {
+	list, err := client.FromEnv().ListSandboxes(context.Background(), client.ListOptions{
+		State:  api.StateRunning,
+		Labels: map[string]string{"team": "data"},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, sb := range list.Sandboxes {
+		fmt.Println(sb.ID, sb.Name)
+	}
+}
+
+func ExampleClient_ExecStream() {
+	res, err := client.FromEnv().ExecStream(context.Background(), "analysis",
+		api.ExecRequest{Cmd: "sh", Args: []string{"-c", "for i in 1 2 3; do echo $i; sleep 1; done"}},
+		func(b []byte) { os.Stdout.Write(b) },
+		func(b []byte) { os.Stderr.Write(b) },
+	)
+	if err != nil {
+		log.Fatal(err)
+	}
+	os.Exit(res.ExitCode)
+}
+
+func ExampleClient_WriteFile() {
+	ctx := context.Background()
+	c := client.FromEnv()
+
+	f, err := os.Open("sales.csv")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer f.Close()
+	// Streamed: a large file is never held in memory. "data/sales.csv" is
+	// relative to /workspace; parent directories are created.
+	if _, err := c.WriteFile(ctx, "analysis", "data/sales.csv", f, 0o644); err != nil {
+		log.Fatal(err)
+	}
+	if _, err := c.WriteFile(ctx, "analysis", "run.sh", strings.NewReader("#!/bin/sh\necho hi\n"), 0o755); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func ExampleClient_ReadFileTo() {
+	out, err := os.Create("chart.png")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer out.Close()
+	if _, err := client.FromEnv().ReadFileTo(context.Background(), "analysis", "chart.png", out); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func ExampleAPIError() {
+	_, err := client.FromEnv().GetSandbox(context.Background(), "no-such-box")
+	switch {
+	case errors.Is(err, client.ErrNotFound):
+		fmt.Println("no such sandbox")
+	case err != nil:
+		var ae *client.APIError
+		if errors.As(err, &ae) {
+			fmt.Println(ae.Status, ae.Code, ae.Message)
+		}
+	}
+}

@@ -1,0 +1,267 @@
+package client
+
+import (
+	"encoding/json"
+	"os"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/forkbox/forkbox/api"
+)
+
+// The OpenAPI document is written by hand; this test keeps it from drifting
+// from the wire types in package api, in both directions.
+
+const openapiPath = "../internal/httpapi/openapi.json"
+
+// documented maps each schema under components.schemas to its Go type.
+var documented = map[string]reflect.Type{
+	"CreateSandboxRequest": reflect.TypeFor[api.CreateSandboxRequest](),
+	"Sandbox":              reflect.TypeFor[api.Sandbox](),
+	"Usage":                reflect.TypeFor[api.Usage](),
+	"SandboxList":          reflect.TypeFor[api.SandboxList](),
+	"ExecRequest":          reflect.TypeFor[api.ExecRequest](),
+	"ExecResult":           reflect.TypeFor[api.ExecResult](),
+	"OutputChunk":          reflect.TypeFor[api.OutputChunk](),
+	"FileInfo":             reflect.TypeFor[api.FileInfo](),
+	"FileList":             reflect.TypeFor[api.FileList](),
+	"WriteFileResult":      reflect.TypeFor[api.WriteFileResult](),
+	"Error":                reflect.TypeFor[api.Error](),
+	"ErrorBody":            reflect.TypeFor[api.ErrorBody](),
+}
+
+// requestBodies are decoded strictly by the daemon, so their schemas must
+// forbid unknown properties.
+var requestBodies = []string{"CreateSandboxRequest", "ExecRequest"}
+
+// schemaOnly are documented shapes without a Go type in package api.
+var schemaOnly = map[string]bool{"Health": true}
+
+type schema struct {
+	Type                 any                `json:"type"`
+	Format               string             `json:"format"`
+	Ref                  string             `json:"$ref"`
+	Properties           map[string]*schema `json:"properties"`
+	Required             []string           `json:"required"`
+	Items                *schema            `json:"items"`
+	AdditionalProperties any                `json:"additionalProperties"`
+}
+
+func loadOpenAPI(t *testing.T) (raw map[string]any, schemas map[string]*schema) {
+	t.Helper()
+	b, err := os.ReadFile(openapiPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		t.Fatalf("%s is not valid JSON: %v", openapiPath, err)
+	}
+	var doc struct {
+		Components struct {
+			Schemas map[string]*schema `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	return raw, doc.Components.Schemas
+}
+
+type jsonField struct {
+	name      string
+	omitempty bool
+	typ       reflect.Type
+}
+
+func jsonFields(t reflect.Type) map[string]jsonField {
+	out := map[string]jsonField{}
+	for f := range t.Fields() {
+		tag := f.Tag.Get("json")
+		if !f.IsExported() || tag == "-" {
+			continue
+		}
+		name, opts, _ := strings.Cut(tag, ",")
+		if name == "" {
+			name = f.Name
+		}
+		out[name] = jsonField{name: name, omitempty: strings.Contains(","+opts+",", ",omitempty,"), typ: f.Type}
+	}
+	return out
+}
+
+func TestOpenAPIMatchesTypes(t *testing.T) {
+	raw, schemas := loadOpenAPI(t)
+	if v, _ := raw["openapi"].(string); !strings.HasPrefix(v, "3.1.") {
+		t.Errorf("openapi = %q, want 3.1.x", v)
+	}
+	for name := range schemas {
+		if documented[name] == nil && !schemaOnly[name] {
+			t.Errorf("components.schemas.%s has no Go type in this test's table", name)
+		}
+	}
+	for name, typ := range documented {
+		s := schemas[name]
+		if s == nil {
+			t.Errorf("components.schemas.%s is missing (api.%s)", name, typ.Name())
+			continue
+		}
+		fields := jsonFields(typ)
+		required := map[string]bool{}
+		for _, r := range s.Required {
+			required[r] = true
+		}
+		for prop := range s.Properties {
+			if _, ok := fields[prop]; !ok {
+				t.Errorf("%s.%s is documented but api.%s has no such json field", name, prop, typ.Name())
+			}
+		}
+		for r := range required {
+			if _, ok := s.Properties[r]; !ok {
+				t.Errorf("%s requires %q, which is not a property", name, r)
+			}
+		}
+		for _, f := range sortedFields(fields) {
+			p := s.Properties[f.name]
+			if p == nil {
+				t.Errorf("api.%s field %q is not documented in components.schemas.%s", typ.Name(), f.name, name)
+				continue
+			}
+			// A field that is always sent is required; an omitempty one is not.
+			if required[f.name] == f.omitempty {
+				t.Errorf("%s.%s: required=%v, but a field is required exactly when its json tag lacks omitempty (omitempty=%v)", name, f.name, required[f.name], f.omitempty)
+			}
+			if err := matchType(p, f.typ); err != "" {
+				t.Errorf("%s.%s: %s", name, f.name, err)
+			}
+		}
+	}
+	for _, name := range requestBodies {
+		if s := schemas[name]; s != nil && s.AdditionalProperties != false {
+			t.Errorf("%s: additionalProperties = %v, want false", name, s.AdditionalProperties)
+		}
+	}
+}
+
+func sortedFields(m map[string]jsonField) []jsonField {
+	out := make([]jsonField, 0, len(m))
+	for _, f := range m {
+		out = append(out, f)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out
+}
+
+// matchType checks that schema s describes values of Go type t; it returns
+// what is wrong, or "".
+func matchType(s *schema, t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	want := ""
+	switch {
+	case t == reflect.TypeFor[time.Time]():
+		if s.Type != "string" || s.Format != "date-time" {
+			return "want type string, format date-time"
+		}
+		return ""
+	case t.Kind() == reflect.Struct:
+		if s.Ref != "#/components/schemas/"+t.Name() {
+			return "want $ref #/components/schemas/" + t.Name() + ", got " + s.Ref
+		}
+		return ""
+	case t.Kind() == reflect.String:
+		want = "string"
+	case t.Kind() == reflect.Bool:
+		want = "boolean"
+	case t.Kind() >= reflect.Int && t.Kind() <= reflect.Uint64:
+		want = "integer"
+	case t.Kind() == reflect.Float32 || t.Kind() == reflect.Float64:
+		want = "number"
+	case t.Kind() == reflect.Slice:
+		if s.Type != "array" || s.Items == nil {
+			return "want type array with items"
+		}
+		if err := matchType(s.Items, t.Elem()); err != "" {
+			return "items: " + err
+		}
+		return ""
+	case t.Kind() == reflect.Map:
+		ap, _ := s.AdditionalProperties.(map[string]any)
+		if s.Type != "object" || t.Key().Kind() != reflect.String || t.Elem().Kind() != reflect.String || ap["type"] != "string" {
+			return "want type object with additionalProperties of type string"
+		}
+		return ""
+	default:
+		return "no rule for Go type " + t.String()
+	}
+	if s.Type != want {
+		return "type " + toString(s.Type) + ", want " + want + " for Go " + t.String()
+	}
+	return ""
+}
+
+func toString(v any) string { b, _ := json.Marshal(v); return string(b) }
+
+func TestOpenAPIRefsResolve(t *testing.T) {
+	raw, _ := loadOpenAPI(t)
+	var walk func(path string, v any)
+	walk = func(path string, v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			if ref, ok := v["$ref"].(string); ok {
+				if resolve(raw, ref) == nil {
+					t.Errorf("%s: $ref %q does not resolve", path, ref)
+				}
+			}
+			for k, e := range v {
+				walk(path+"/"+k, e)
+			}
+		case []any:
+			for _, e := range v {
+				walk(path+"[]", e)
+			}
+		}
+	}
+	walk("#", raw)
+}
+
+func resolve(doc map[string]any, ref string) any {
+	if !strings.HasPrefix(ref, "#/") {
+		return nil
+	}
+	var cur any = doc
+	for _, part := range strings.Split(ref[2:], "/") {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return nil
+		}
+		part = strings.NewReplacer("~1", "/", "~0", "~").Replace(part)
+		if cur, ok = m[part]; !ok {
+			return nil
+		}
+	}
+	return cur
+}
+
+// TestOpenAPIPaths pins the endpoints the client calls to the document.
+func TestOpenAPIPaths(t *testing.T) {
+	raw, _ := loadOpenAPI(t)
+	paths, _ := raw["paths"].(map[string]any)
+	for _, want := range []string{
+		"POST /v1/sandboxes", "GET /v1/sandboxes",
+		"GET /v1/sandboxes/{sandbox}", "DELETE /v1/sandboxes/{sandbox}",
+		"POST /v1/sandboxes/{sandbox}/exec",
+		"GET /v1/sandboxes/{sandbox}/files", "PUT /v1/sandboxes/{sandbox}/files", "DELETE /v1/sandboxes/{sandbox}/files",
+		"GET /v1/sandboxes/{sandbox}/files/list",
+		"GET /healthz", "GET /metrics", "GET /v1/openapi.json",
+	} {
+		method, p, _ := strings.Cut(want, " ")
+		item, _ := paths[p].(map[string]any)
+		if item[strings.ToLower(method)] == nil {
+			t.Errorf("%s is not documented", want)
+		}
+	}
+}

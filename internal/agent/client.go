@@ -1,0 +1,188 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/forkbox/forkbox/internal/errdefs"
+)
+
+// Client talks to one sandbox's agent over its Unix socket. Connections are
+// kept alive between calls; CloseIdle drops them (a checkpoint must see none).
+type Client struct {
+	socket string
+	hc     *http.Client
+}
+
+// NewClient returns a client for the agent listening on socket (a host path).
+func NewClient(socket string) *Client {
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socket)
+		},
+		MaxIdleConnsPerHost: 4,
+		DisableCompression:  true,
+	}
+	return &Client{socket: socket, hc: &http.Client{Transport: tr}}
+}
+
+// CloseIdle closes idle connections to the agent.
+func (c *Client) CloseIdle() { c.hc.CloseIdleConnections() }
+
+func (c *Client) do(ctx context.Context, method, path string, q url.Values, body io.Reader, ctype string) (*http.Response, error) {
+	u := "http://agent" + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	if err != nil {
+		return nil, err
+	}
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("sandbox agent unreachable: %w", err)
+	}
+	if resp.StatusCode >= 300 {
+		defer resp.Body.Close()
+		return nil, decodeError(resp)
+	}
+	return resp, nil
+}
+
+// decodeError turns an agent error answer into an errdefs error.
+func decodeError(resp *http.Response) error {
+	var eb ErrorBody
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if json.Unmarshal(b, &eb) != nil || eb.Error.Code == "" {
+		return fmt.Errorf("sandbox agent: HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(b))
+	}
+	return &agentError{kind: errdefs.FromCode(eb.Error.Code), msg: eb.Error.Message}
+}
+
+type agentError struct {
+	kind error
+	msg  string
+}
+
+func (e *agentError) Error() string { return e.msg }
+func (e *agentError) Unwrap() error { return e.kind }
+
+// Health checks that the agent answers.
+func (c *Client) Health(ctx context.Context) error {
+	resp, err := c.do(ctx, http.MethodGet, "/healthz", nil, nil, "")
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}
+
+// Exec runs a command and calls onEvent for each output chunk as it arrives.
+// It returns the exit status; an error means the call itself failed.
+func (c *Client) Exec(ctx context.Context, req *ExecRequest, onEvent func(ExecEvent)) (*ExitStatus, error) {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.do(ctx, http.MethodPost, "/exec", nil, bytes.NewReader(b), "application/json")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	dec := json.NewDecoder(lineReader(resp.Body))
+	for {
+		var ev ExecEvent
+		if err := dec.Decode(&ev); err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, fmt.Errorf("exec stream from sandbox agent broke: %w", err)
+		}
+		if ev.Exit != nil {
+			return ev.Exit, nil
+		}
+		if onEvent != nil {
+			onEvent(ev)
+		}
+	}
+}
+
+// ReadFile opens a file in the sandbox for reading; the caller closes it.
+// size is the file's length.
+func (c *Client) ReadFile(ctx context.Context, path string) (rc io.ReadCloser, size int64, err error) {
+	resp, err := c.do(ctx, http.MethodGet, "/files", url.Values{"path": {path}}, nil, "")
+	if err != nil {
+		return nil, 0, err
+	}
+	return resp.Body, resp.ContentLength, nil
+}
+
+// WriteFile writes body to path (replacing it atomically), creating parents.
+func (c *Client) WriteFile(ctx context.Context, path string, mode uint32, body io.Reader) (string, int64, error) {
+	q := url.Values{"path": {path}}
+	if mode != 0 {
+		q.Set("mode", strconv.FormatUint(uint64(mode), 8))
+	}
+	resp, err := c.do(ctx, http.MethodPut, "/files", q, body, "application/octet-stream")
+	if err != nil {
+		return "", 0, err
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Path string `json:"path"`
+		Size int64  `json:"size"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return "", 0, fmt.Errorf("decode write answer: %w", err)
+	}
+	return out.Path, out.Size, nil
+}
+
+// RemoveFile removes a file, or a directory (with its contents if recursive).
+func (c *Client) RemoveFile(ctx context.Context, path string, recursive bool) error {
+	q := url.Values{"path": {path}}
+	if recursive {
+		q.Set("recursive", "true")
+	}
+	resp, err := c.do(ctx, http.MethodDelete, "/files", q, nil, "")
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}
+
+// ListFiles lists a directory; it returns the directory's absolute path.
+func (c *Client) ListFiles(ctx context.Context, path string) (string, []FileEntry, error) {
+	resp, err := c.do(ctx, http.MethodGet, "/files/list", url.Values{"path": {path}}, nil, "")
+	if err != nil {
+		return "", nil, err
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Path    string      `json:"path"`
+		Entries []FileEntry `json:"entries"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return "", nil, fmt.Errorf("decode list answer: %w", err)
+	}
+	return out.Path, out.Entries, nil
+}

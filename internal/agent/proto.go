@@ -1,0 +1,87 @@
+// Package agent is forkbox's in-sandbox agent and the daemon's client for it.
+//
+// The agent is the forkbox binary itself, bind-mounted read-only at
+// /.forkbox/forkbox and started by the runtime as the sandbox's init (PID 1).
+// It reaps every orphan, runs commands as the sandbox user with streamed
+// output, and serves file operations. It speaks HTTP/1.1 over a Unix socket in
+// /.forkbox/run, a directory bind-mounted from the daemon's side, and imports
+// nothing of the daemon.
+//
+// Why a listening Unix socket reached through a bind mount: the daemon holds
+// no long-lived connection into the sandbox, so a CRIU checkpoint of the whole
+// sandbox sees only a listening socket (which CRIU restores) once the daemon
+// has closed its idle connections, and a restored agent keeps serving on the
+// same path inside whatever host directory the restore binds there.
+package agent
+
+import "time"
+
+// Paths inside a sandbox.
+const (
+	// Dir is forkbox's own directory inside a sandbox (a root-only tmpfs).
+	Dir = "/.forkbox"
+	// Binary is where the forkbox binary is bind-mounted read-only.
+	Binary = Dir + "/forkbox"
+	// RunDir holds the agent's socket, config and log (a bind of the host's <sandbox dir>/run).
+	RunDir = Dir + "/run"
+	// SocketName is the agent's socket inside RunDir.
+	SocketName = "agent.sock"
+	// ConfigName is the agent's config inside RunDir.
+	ConfigName = "agent.json"
+	// LogName is the agent's log inside RunDir.
+	LogName = "agent.log"
+)
+
+// Config is what the agent reads at start from RunDir/ConfigName.
+type Config struct {
+	SandboxID string   `json:"sandbox_id"`
+	UID       int      `json:"uid"`
+	GID       int      `json:"gid"`
+	WorkDir   string   `json:"workdir"`
+	Env       []string `json:"env"`
+}
+
+// ExecRequest asks the agent to run a command as the sandbox user.
+type ExecRequest struct {
+	Cmd       string   `json:"cmd"`
+	Args      []string `json:"args,omitempty"`
+	Env       []string `json:"env,omitempty"` // KEY=VALUE, over the sandbox's env
+	Cwd       string   `json:"cwd,omitempty"`
+	Stdin     []byte   `json:"stdin,omitempty"`
+	TimeoutMS int64    `json:"timeout_ms,omitempty"` // 0: none
+}
+
+// ExecEvent is one line of the agent's NDJSON exec stream: output, or the
+// final exit status.
+type ExecEvent struct {
+	Stream string      `json:"stream,omitempty"` // "stdout" or "stderr"
+	Data   []byte      `json:"data,omitempty"`
+	Exit   *ExitStatus `json:"exit,omitempty"`
+}
+
+// ExitStatus is how a command ended.
+type ExitStatus struct {
+	Code       int    `json:"code"`             // -1 when killed by a signal
+	Signal     string `json:"signal,omitempty"` // e.g. "killed"
+	TimedOut   bool   `json:"timed_out,omitempty"`
+	DurationMS int64  `json:"duration_ms"`
+	Error      string `json:"error,omitempty"` // why it could not start, or was killed
+}
+
+// FileEntry is one directory entry.
+type FileEntry struct {
+	Name    string    `json:"name"`
+	Path    string    `json:"path"`
+	Type    string    `json:"type"`
+	Size    int64     `json:"size"`
+	Mode    string    `json:"mode"`
+	ModTime time.Time `json:"mod_time"`
+}
+
+// ErrorBody is the agent's error answer.
+type ErrorBody struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}

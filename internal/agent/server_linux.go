@@ -1,0 +1,313 @@
+package agent
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/forkbox/forkbox/internal/errdefs"
+	"github.com/forkbox/forkbox/internal/harden"
+	"golang.org/x/sys/unix"
+)
+
+// Main runs the agent as a sandbox's init. fd 4, when open, is the status pipe
+// to the daemon: "ok" is written there once the agent serves.
+func Main() error {
+	status := os.NewFile(4, "status")
+	if err := run(status); err != nil {
+		if status != nil {
+			fmt.Fprintf(status, "error: agent: %v\n", err)
+		}
+		return err
+	}
+	return nil
+}
+
+func run(status *os.File) error {
+	// Standard streams point at the host's /dev/null until now; reopen them
+	// inside the sandbox so that nothing refers outside its mounts.
+	null, err := os.OpenFile("/dev/null", os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	for fd := 0; fd <= 2; fd++ {
+		if err := unix.Dup3(int(null.Fd()), fd, 0); err != nil {
+			return fmt.Errorf("reopen fd %d: %w", fd, err)
+		}
+	}
+	null.Close()
+	logf, err := os.OpenFile(filepath.Join(RunDir, LogName), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(logf, nil))
+	b, err := os.ReadFile(filepath.Join(RunDir, ConfigName))
+	if err != nil {
+		return fmt.Errorf("read config: %w", err)
+	}
+	var cfg Config
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		return fmt.Errorf("parse config: %w", err)
+	}
+	// The agent must outlive what it runs: keep the OOM killer off it. Each
+	// child is set back to 0 right after it starts.
+	_ = os.WriteFile("/proc/self/oom_score_adj", []byte("-1000"), 0)
+	if err := harden.Apply(); err != nil {
+		return fmt.Errorf("harden: %w", err)
+	}
+	s := &server{cfg: cfg, log: log, reaper: newReaper()}
+	if s.rootFD, err = unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+		return err
+	}
+	sock := filepath.Join(RunDir, SocketName)
+	_ = os.Remove(sock)
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		return err
+	}
+	if err := os.Chmod(sock, 0o600); err != nil {
+		return err
+	}
+	log.Info("agent serving", "sandbox", cfg.SandboxID, "socket", sock)
+	if status != nil {
+		fmt.Fprintln(status, "ok")
+		status.Close()
+	}
+	srv := &http.Server{Handler: s.routes(), ReadHeaderTimeout: 30 * time.Second}
+	return srv.Serve(ln)
+}
+
+type server struct {
+	cfg    Config
+	log    *slog.Logger
+	reaper *reaper
+	rootFD int
+}
+
+func (s *server) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("POST /exec", s.handleExec)
+	mux.HandleFunc("GET /files", s.handleRead)
+	mux.HandleFunc("PUT /files", s.handleWrite)
+	mux.HandleFunc("DELETE /files", s.handleRemove)
+	mux.HandleFunc("GET /files/list", s.handleList)
+	return mux
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	status, code := errdefs.HTTPStatus(err)
+	var body ErrorBody
+	body.Error.Code = code
+	body.Error.Message = err.Error()
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(body)
+}
+
+// lookPath finds cmd on the PATH of env, as execvp would.
+func lookPath(cmd string, env []string) (string, error) {
+	if strings.Contains(cmd, "/") {
+		return cmd, nil
+	}
+	path := "/usr/local/bin:/usr/bin:/bin"
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	for _, dir := range filepath.SplitList(path) {
+		if dir == "" {
+			dir = "."
+		}
+		p := filepath.Join(dir, cmd)
+		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s: command not found", cmd)
+}
+
+func (s *server) handleExec(w http.ResponseWriter, r *http.Request) {
+	var req ExecRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		writeError(w, errdefs.InvalidArgument("bad exec request: %v", err))
+		return
+	}
+	if req.Cmd == "" {
+		writeError(w, errdefs.InvalidArgument("cmd is required"))
+		return
+	}
+	env := MergeEnv(s.cfg.Env, req.Env)
+	cwd := req.Cwd
+	if cwd == "" {
+		cwd = s.cfg.WorkDir
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	flusher, _ := w.(http.Flusher)
+	var wmu sync.Mutex
+	enc := json.NewEncoder(w)
+	send := func(ev ExecEvent) {
+		wmu.Lock()
+		defer wmu.Unlock()
+		if enc.Encode(ev) == nil && flusher != nil {
+			flusher.Flush()
+		}
+	}
+	exit := s.runCommand(r, &req, env, cwd, send)
+	send(ExecEvent{Exit: exit})
+}
+
+// runCommand runs one command to its end, streaming output through send.
+func (s *server) runCommand(r *http.Request, req *ExecRequest, env []string, cwd string, send func(ExecEvent)) *ExitStatus {
+	start := time.Now()
+	fail := func(code int, msg string) *ExitStatus {
+		send(ExecEvent{Stream: "stderr", Data: []byte(msg + "\n")})
+		return &ExitStatus{Code: code, Error: msg, DurationMS: time.Since(start).Milliseconds()}
+	}
+	path, err := lookPath(req.Cmd, env)
+	if err != nil {
+		return fail(127, err.Error())
+	}
+	stdinR, stdinW, err := os.Pipe()
+	if err != nil {
+		return fail(126, err.Error())
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return fail(126, err.Error())
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		return fail(126, err.Error())
+	}
+	attr := &os.ProcAttr{
+		Dir:   cwd,
+		Env:   env,
+		Files: []*os.File{stdinR, outW, errW},
+		Sys: &syscall.SysProcAttr{
+			Setsid:     true,
+			Credential: &syscall.Credential{Uid: uint32(s.cfg.UID), Gid: uint32(s.cfg.GID), Groups: []uint32{}},
+		},
+	}
+	proc, done, err := s.reaper.start(path, append([]string{req.Cmd}, req.Args...), attr)
+	stdinR.Close()
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		stdinW.Close()
+		outR.Close()
+		errR.Close()
+		code := 126
+		if errors.Is(err, os.ErrNotExist) {
+			code = 127
+		}
+		return fail(code, fmt.Sprintf("%s: %v", req.Cmd, err))
+	}
+	pid := proc.Pid
+	proc.Release()
+	_ = os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte("0"), 0)
+	go func() {
+		if len(req.Stdin) > 0 {
+			stdinW.Write(req.Stdin)
+		}
+		stdinW.Close()
+	}()
+	var wg sync.WaitGroup
+	pump := func(name string, f *os.File) {
+		defer wg.Done()
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := f.Read(buf)
+			if n > 0 {
+				send(ExecEvent{Stream: name, Data: append([]byte(nil), buf[:n]...)})
+			}
+			if err != nil {
+				return
+			}
+		}
+	}
+	wg.Add(2)
+	go pump("stdout", outR)
+	go pump("stderr", errR)
+
+	var timeout <-chan time.Time
+	if req.TimeoutMS > 0 {
+		t := time.NewTimer(time.Duration(req.TimeoutMS) * time.Millisecond)
+		defer t.Stop()
+		timeout = t.C
+	}
+	killGroup := func() { _ = unix.Kill(-pid, unix.SIGKILL); _ = unix.Kill(pid, unix.SIGKILL) }
+	var ws unix.WaitStatus
+	st := &ExitStatus{}
+	select {
+	case ws = <-done:
+	case <-timeout:
+		killGroup()
+		ws = <-done
+		st.TimedOut = true
+		st.Error = fmt.Sprintf("command timed out after %s and was killed", time.Duration(req.TimeoutMS)*time.Millisecond)
+	case <-r.Context().Done():
+		killGroup()
+		ws = <-done
+		st.Error = "client went away; command killed"
+	}
+	// Output still buffered in the pipes is drained; a background process that
+	// keeps the pipes open must not hold the call, so stop reading after a grace.
+	drained := make(chan struct{})
+	go func() { wg.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(200 * time.Millisecond):
+		outR.SetReadDeadline(time.Now())
+		errR.SetReadDeadline(time.Now())
+		<-drained
+	}
+	outR.Close()
+	errR.Close()
+	st.DurationMS = time.Since(start).Milliseconds()
+	switch {
+	case ws.Exited():
+		st.Code = ws.ExitStatus()
+	case ws.Signaled():
+		st.Code = -1
+		st.Signal = unix.SignalName(ws.Signal())
+	}
+	return st
+}
+
+// MergeEnv overlays KEY=VALUE entries of b on a.
+func MergeEnv(a, b []string) []string {
+	idx := map[string]int{}
+	out := make([]string, 0, len(a)+len(b))
+	for _, list := range [][]string{a, b} {
+		for _, kv := range list {
+			k, _, _ := strings.Cut(kv, "=")
+			if i, ok := idx[k]; ok {
+				out[i] = kv
+				continue
+			}
+			idx[k] = len(out)
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// lineReader is used by the client to split the NDJSON stream.
+func lineReader(r io.Reader) *bufio.Reader { return bufio.NewReaderSize(r, 64<<10) }

@@ -1,0 +1,174 @@
+// Package daemon is forkbox's composition root: it builds every part from the
+// configuration in dependency order (metadata store, images, network, runtime,
+// sandbox manager, HTTP API), starts them, and stops them in reverse order.
+// Sandboxes outlive the daemon: a restart adopts the ones still running.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/forkbox/forkbox/internal/httpapi"
+	"github.com/forkbox/forkbox/internal/image"
+	"github.com/forkbox/forkbox/internal/netsetup"
+	"github.com/forkbox/forkbox/internal/runtime"
+	"github.com/forkbox/forkbox/internal/sandbox"
+	"github.com/forkbox/forkbox/internal/store"
+)
+
+// Config is the daemon's configuration.
+type Config struct {
+	Listen  string // host:port
+	DataDir string
+	APIKey  string
+	// Binary is the forkbox executable for sandboxes; default: this process's.
+	Binary   string
+	Defaults sandbox.Defaults
+	Logger   *slog.Logger
+}
+
+// DefaultDataDir is ~/.local/share/forkbox (or $XDG_DATA_HOME/forkbox).
+func DefaultDataDir() string {
+	if x := os.Getenv("XDG_DATA_HOME"); x != "" {
+		return filepath.Join(x, "forkbox")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "/var/lib/forkbox"
+	}
+	return filepath.Join(home, ".local", "share", "forkbox")
+}
+
+// Validate checks the configuration before anything starts.
+func (c *Config) Validate() error {
+	host, _, err := net.SplitHostPort(c.Listen)
+	if err != nil {
+		return fmt.Errorf("--listen %q: %w", c.Listen, err)
+	}
+	if c.APIKey == "" && !isLoopback(host) {
+		return fmt.Errorf("refusing to listen on %s without an API key: set FORKBOX_API_KEY, or listen on 127.0.0.1", c.Listen)
+	}
+	if c.DataDir == "" {
+		return errors.New("--data-dir is empty")
+	}
+	return nil
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Daemon is a running forkbox daemon.
+type Daemon struct {
+	cfg   Config
+	log   *slog.Logger
+	store *store.SQLite
+	mgr   *sandbox.Manager
+	http  *http.Server
+	ln    net.Listener
+}
+
+// New builds and starts every part; Serve then answers requests.
+func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	d := &Daemon{cfg: cfg, log: log}
+	defer func() {
+		if err != nil {
+			d.Close()
+		}
+	}()
+	if err := os.MkdirAll(cfg.DataDir, 0o711); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	if d.store, err = store.OpenSQLite(ctx, filepath.Join(cfg.DataDir, "forkbox.db")); err != nil {
+		return nil, err
+	}
+	images, err := image.Open(filepath.Join(cfg.DataDir, "images"))
+	if err != nil {
+		return nil, err
+	}
+	if _, err := images.EnsureHostPython(ctx); err != nil {
+		// The daemon still serves; creates that need the image say why they fail.
+		log.Warn("default image unavailable", "image", image.DefaultImage, "err", err)
+	}
+	nm, err := netsetup.New(ctx, netsetup.Config{})
+	if err != nil {
+		return nil, fmt.Errorf("network: %w", err)
+	}
+	var mgr *sandbox.Manager
+	rt, err := runtime.New(runtime.Config{
+		Dir:      filepath.Join(cfg.DataDir, "sandboxes"),
+		CacheDir: filepath.Join(cfg.DataDir, "cache"),
+		Binary:   cfg.Binary,
+		Net:      nm,
+		OnExit:   func(id, reason string) { mgr.OnExit(id, reason) },
+		Logger:   log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	defaults := cfg.Defaults
+	if defaults == (sandbox.Defaults{}) {
+		defaults = sandbox.DefaultDefaults
+	}
+	mgr = sandbox.New(d.store, rt, images, defaults, log)
+	if err := mgr.Start(ctx); err != nil {
+		return nil, fmt.Errorf("reconcile sandboxes: %w", err)
+	}
+	d.mgr = mgr
+	api, err := httpapi.New(httpapi.Config{APIKey: cfg.APIKey, Logger: log}, mgr)
+	if err != nil {
+		return nil, err
+	}
+	if d.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+		return nil, err
+	}
+	d.http = &http.Server{Handler: api.Handler(), ReadHeaderTimeout: 30 * time.Second}
+	return d, nil
+}
+
+// Addr is the address the daemon listens on.
+func (d *Daemon) Addr() string { return d.ln.Addr().String() }
+
+// Serve answers requests until ctx ends, then shuts down gracefully.
+func (d *Daemon) Serve(ctx context.Context) error {
+	errc := make(chan error, 1)
+	go func() { errc <- d.http.Serve(d.ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := d.http.Shutdown(sctx)
+	d.Close()
+	return err
+}
+
+// Close stops the parts in reverse order. Sandboxes keep running.
+func (d *Daemon) Close() {
+	if d.mgr != nil {
+		d.mgr.Close()
+	}
+	if d.store != nil {
+		d.store.Close()
+	}
+}

@@ -1,0 +1,124 @@
+// Package errdefs holds the small set of error kinds that every forkbox layer
+// wraps its errors in. The HTTP layer maps each kind to one status code in one
+// place (HTTPStatus), so a handler never chooses a status by itself.
+//
+// Wrap with fmt.Errorf("...: %w", errdefs.ErrNotFound) or use the helpers,
+// which keep the message readable: errdefs.NotFound("sandbox %q", id).
+package errdefs
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+// Sentinel kinds. Test with errors.Is.
+var (
+	ErrInvalidArgument    = errors.New("invalid argument")
+	ErrUnauthenticated    = errors.New("unauthenticated")
+	ErrPermissionDenied   = errors.New("permission denied")
+	ErrNotFound           = errors.New("not found")
+	ErrConflict           = errors.New("conflict")
+	ErrFailedPrecondition = errors.New("failed precondition")
+	ErrTooLarge           = errors.New("too large")
+	ErrResourceExhausted  = errors.New("resource exhausted")
+	ErrTimeout            = errors.New("timeout")
+	ErrUnavailable        = errors.New("unavailable")
+)
+
+// kindError carries a human message and the kind it belongs to. Its Error()
+// is the message alone, so API clients see "sandbox \"x\" not found" rather
+// than a chain of prefixes.
+type kindError struct {
+	kind error
+	msg  string
+}
+
+func (e *kindError) Error() string { return e.msg }
+func (e *kindError) Unwrap() error { return e.kind }
+
+func newKind(kind error, format string, args ...any) error {
+	return &kindError{kind: kind, msg: fmt.Sprintf(format, args...)}
+}
+
+// InvalidArgument reports bad input (HTTP 400).
+func InvalidArgument(format string, args ...any) error {
+	return newKind(ErrInvalidArgument, format, args...)
+}
+
+// NotFound reports a missing object (HTTP 404).
+func NotFound(format string, args ...any) error { return newKind(ErrNotFound, format, args...) }
+
+// Conflict reports a clash with existing state, such as a duplicate name (HTTP 409).
+func Conflict(format string, args ...any) error { return newKind(ErrConflict, format, args...) }
+
+// FailedPrecondition reports an operation that the object's state forbids,
+// such as exec on a terminated sandbox (HTTP 409).
+func FailedPrecondition(format string, args ...any) error {
+	return newKind(ErrFailedPrecondition, format, args...)
+}
+
+// TooLarge reports an oversized request (HTTP 413).
+func TooLarge(format string, args ...any) error { return newKind(ErrTooLarge, format, args...) }
+
+// ResourceExhausted reports a host or quota limit (HTTP 429).
+func ResourceExhausted(format string, args ...any) error {
+	return newKind(ErrResourceExhausted, format, args...)
+}
+
+// Timeout reports an operation that ran out of time (HTTP 504).
+func Timeout(format string, args ...any) error { return newKind(ErrTimeout, format, args...) }
+
+// Unavailable reports a feature that this host or configuration cannot serve (HTTP 503).
+func Unavailable(format string, args ...any) error {
+	return newKind(ErrUnavailable, format, args...)
+}
+
+// PermissionDenied reports an operation the caller may not do (HTTP 403).
+func PermissionDenied(format string, args ...any) error {
+	return newKind(ErrPermissionDenied, format, args...)
+}
+
+// Unauthenticated reports a missing or wrong credential (HTTP 401).
+func Unauthenticated(format string, args ...any) error {
+	return newKind(ErrUnauthenticated, format, args...)
+}
+
+var table = []struct {
+	kind   error
+	status int
+	code   string
+}{
+	{ErrInvalidArgument, http.StatusBadRequest, "invalid_argument"},
+	{ErrUnauthenticated, http.StatusUnauthorized, "unauthenticated"},
+	{ErrPermissionDenied, http.StatusForbidden, "permission_denied"},
+	{ErrNotFound, http.StatusNotFound, "not_found"},
+	{ErrConflict, http.StatusConflict, "conflict"},
+	{ErrFailedPrecondition, http.StatusConflict, "failed_precondition"},
+	{ErrTooLarge, http.StatusRequestEntityTooLarge, "too_large"},
+	{ErrResourceExhausted, http.StatusTooManyRequests, "resource_exhausted"},
+	{ErrTimeout, http.StatusGatewayTimeout, "timeout"},
+	{ErrUnavailable, http.StatusServiceUnavailable, "unavailable"},
+}
+
+// HTTPStatus maps an error to its HTTP status and API error code. Errors of no
+// known kind are internal (500).
+func HTTPStatus(err error) (int, string) {
+	for _, t := range table {
+		if errors.Is(err, t.kind) {
+			return t.status, t.code
+		}
+	}
+	return http.StatusInternalServerError, "internal"
+}
+
+// FromCode is the inverse of HTTPStatus for clients: it returns the sentinel
+// for an API error code, or nil when the code is unknown.
+func FromCode(code string) error {
+	for _, t := range table {
+		if t.code == code {
+			return t.kind
+		}
+	}
+	return nil
+}

@@ -1,0 +1,218 @@
+package httpapi
+
+import (
+	"errors"
+	"io"
+	"mime"
+	"mime/multipart"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/forkbox/forkbox/api"
+	"github.com/forkbox/forkbox/internal/errdefs"
+	"github.com/forkbox/forkbox/internal/sandbox"
+	"github.com/forkbox/forkbox/internal/store"
+)
+
+func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
+	var req api.CreateSandboxRequest
+	if err := s.decodeJSON(w, r, &req); err != nil {
+		return err
+	}
+	sb, err := s.mgr.Create(r.Context(), &req)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, sb)
+	return nil
+}
+
+var validStates = map[string]bool{
+	api.StateCreating: true, api.StateRunning: true, api.StateSuspending: true, api.StateSuspended: true,
+	api.StateResuming: true, api.StateTerminated: true, api.StateError: true,
+}
+
+func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	f := store.ListFilter{State: q.Get("state"), Name: q.Get("name")}
+	if f.State != "" && !validStates[f.State] {
+		return errdefs.InvalidArgument("state: unknown state %q", f.State)
+	}
+	for _, l := range q["label"] {
+		k, v, ok := strings.Cut(l, ":")
+		if !ok || k == "" {
+			return errdefs.InvalidArgument("label: %q must be key:value", l)
+		}
+		if f.Labels == nil {
+			f.Labels = map[string]string{}
+		}
+		f.Labels[k] = v
+	}
+	sbs, err := s.mgr.List(r.Context(), f)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, api.SandboxList{Sandboxes: sbs})
+	return nil
+}
+
+func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) error {
+	sb, err := s.mgr.Get(r.Context(), r.PathValue("sandbox"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, sb)
+	return nil
+}
+
+func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) error {
+	sb, err := s.mgr.Delete(r.Context(), r.PathValue("sandbox"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, sb)
+	return nil
+}
+
+func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
+	var req api.ExecRequest
+	if err := s.decodeJSON(w, r, &req); err != nil {
+		return err
+	}
+	ref := r.PathValue("sandbox")
+	if !wantsSSE(r) {
+		res, err := s.mgr.Exec(r.Context(), ref, &req, sandbox.ExecOptions{})
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, res)
+		return nil
+	}
+	// Streaming: the event stream starts with the first output (or the
+	// result), so that errors found before anything ran still get a plain
+	// status code.
+	var (
+		mu     sync.Mutex
+		stream *sse
+	)
+	emit := func(event string, v any) {
+		mu.Lock()
+		defer mu.Unlock()
+		if stream == nil {
+			stream = newSSE(w)
+		}
+		stream.send(event, v)
+	}
+	res, err := s.mgr.Exec(r.Context(), ref, &req, sandbox.ExecOptions{
+		OnStdout: func(b []byte) { emit(api.EventStdout, api.OutputChunk{Data: string(b)}) },
+		OnStderr: func(b []byte) { emit(api.EventStderr, api.OutputChunk{Data: string(b)}) },
+	})
+	if err != nil {
+		mu.Lock()
+		started := stream != nil
+		mu.Unlock()
+		if !started {
+			return err
+		}
+		status, code := errdefs.HTTPStatus(err)
+		_ = status
+		emit(api.EventError, api.ErrorBody{Code: code, Message: err.Error()})
+		return nil
+	}
+	emit(api.EventExit, res)
+	return nil
+}
+
+func (s *Server) readFile(w http.ResponseWriter, r *http.Request) error {
+	rc, size, err := s.mgr.ReadFile(r.Context(), r.PathValue("sandbox"), r.URL.Query().Get("path"))
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	w.Header().Set("Content-Type", "application/octet-stream")
+	if size >= 0 {
+		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+	}
+	w.WriteHeader(http.StatusOK)
+	_, err = io.Copy(w, rc)
+	return err
+}
+
+func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	path := q.Get("path")
+	var mode uint32
+	if m := q.Get("mode"); m != "" {
+		v, err := strconv.ParseUint(m, 8, 32)
+		if err != nil || v > 0o777 {
+			return errdefs.InvalidArgument("mode: %q is not an octal permission like 0644", m)
+		}
+		mode = uint32(v)
+	}
+	if r.ContentLength > s.cfg.MaxUploadBytes {
+		return errdefs.TooLarge("upload of %d bytes is larger than the limit of %d bytes", r.ContentLength, s.cfg.MaxUploadBytes)
+	}
+	body := io.Reader(http.MaxBytesReader(w, r.Body, s.cfg.MaxUploadBytes))
+	if ct, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); ct == "multipart/form-data" {
+		part, err := firstFilePart(multipart.NewReader(body, params["boundary"]))
+		if err != nil {
+			return err
+		}
+		if path == "" || strings.HasSuffix(path, "/") {
+			path += part.FileName()
+		}
+		body = part
+	}
+	res, err := s.mgr.WriteFile(r.Context(), r.PathValue("sandbox"), path, mode, body)
+	if err != nil {
+		var maxErr *http.MaxBytesError
+		if errors.As(err, &maxErr) || strings.Contains(err.Error(), "request body too large") {
+			return errdefs.TooLarge("upload is larger than the limit of %d bytes", s.cfg.MaxUploadBytes)
+		}
+		return err
+	}
+	writeJSON(w, http.StatusOK, res)
+	return nil
+}
+
+// firstFilePart returns the "file" part of a multipart upload (or the first
+// part with a file name).
+func firstFilePart(mr *multipart.Reader) (*multipart.Part, error) {
+	for {
+		p, err := mr.NextPart()
+		if errors.Is(err, io.EOF) {
+			return nil, errdefs.InvalidArgument("multipart upload has no file part")
+		}
+		if err != nil {
+			return nil, errdefs.InvalidArgument("malformed multipart body: %v", err)
+		}
+		if p.FormName() == "file" || p.FileName() != "" {
+			return p, nil
+		}
+	}
+}
+
+func (s *Server) removeFile(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	rec := q.Get("recursive")
+	recursive, err := strconv.ParseBool(rec)
+	if rec != "" && err != nil {
+		return errdefs.InvalidArgument("recursive: %q is not a boolean", rec)
+	}
+	if err := s.mgr.RemoveFile(r.Context(), r.PathValue("sandbox"), q.Get("path"), recursive); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) error {
+	res, err := s.mgr.ListFiles(r.Context(), r.PathValue("sandbox"), r.URL.Query().Get("path"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, res)
+	return nil
+}

@@ -1,0 +1,264 @@
+// Package httpapi serves forkbox's HTTP API (v1, SPEC §3): REST + SSE
+// handlers over a sandbox.Manager, bearer-key auth, request size limits,
+// Prometheus metrics and the OpenAPI document. Errors are written in one
+// place (writeError) from the errdefs kind of the error.
+package httpapi
+
+import (
+	"crypto/subtle"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/forkbox/forkbox/api"
+	"github.com/forkbox/forkbox/internal/errdefs"
+	"github.com/forkbox/forkbox/internal/sandbox"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+//go:embed openapi.json
+var openapiJSON []byte
+
+// OpenAPI returns the embedded OpenAPI document.
+func OpenAPI() []byte { return openapiJSON }
+
+// Config configures the API server.
+type Config struct {
+	// APIKey, when set, is required as a bearer token on every call except /healthz.
+	APIKey string
+	// MaxJSONBytes bounds JSON request bodies (default 1 MiB).
+	MaxJSONBytes int64
+	// MaxUploadBytes bounds file uploads (default 1 GiB).
+	MaxUploadBytes int64
+	Logger         *slog.Logger
+}
+
+// Server is the HTTP API.
+type Server struct {
+	cfg      Config
+	mgr      *sandbox.Manager
+	log      *slog.Logger
+	reg      *prometheus.Registry
+	requests *prometheus.CounterVec
+	mux      *http.ServeMux
+}
+
+// New builds the API server over mgr.
+func New(cfg Config, mgr *sandbox.Manager) (*Server, error) {
+	if cfg.MaxJSONBytes == 0 {
+		cfg.MaxJSONBytes = 1 << 20
+	}
+	if cfg.MaxUploadBytes == 0 {
+		cfg.MaxUploadBytes = 1 << 30
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Server{cfg: cfg, mgr: mgr, log: cfg.Logger, reg: prometheus.NewRegistry(), mux: http.NewServeMux()}
+	s.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "forkbox_http_requests_total", Help: "HTTP requests by route and status code.",
+	}, []string{"route", "code"})
+	s.reg.MustRegister(s.requests, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	if err := mgr.Register(s.reg); err != nil {
+		return nil, err
+	}
+	s.routes()
+	return s, nil
+}
+
+func (s *Server) routes() {
+	h := func(pattern string, f func(http.ResponseWriter, *http.Request) error) {
+		s.mux.Handle(pattern, s.instrument(pattern, f))
+	}
+	h("GET /healthz", func(w http.ResponseWriter, r *http.Request) error {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		return nil
+	})
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+	h("GET /v1/openapi.json", func(w http.ResponseWriter, r *http.Request) error {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(openapiJSON)
+		return nil
+	})
+	h("POST /v1/sandboxes", s.createSandbox)
+	h("GET /v1/sandboxes", s.listSandboxes)
+	h("GET /v1/sandboxes/{sandbox}", s.getSandbox)
+	h("DELETE /v1/sandboxes/{sandbox}", s.deleteSandbox)
+	h("POST /v1/sandboxes/{sandbox}/exec", s.exec)
+	h("GET /v1/sandboxes/{sandbox}/files", s.readFile)
+	h("PUT /v1/sandboxes/{sandbox}/files", s.writeFile)
+	h("DELETE /v1/sandboxes/{sandbox}/files", s.removeFile)
+	h("GET /v1/sandboxes/{sandbox}/files/list", s.listFiles)
+	h("/", func(w http.ResponseWriter, r *http.Request) error {
+		return errdefs.NotFound("no route for %s %s", r.Method, r.URL.Path)
+	})
+}
+
+// Handler returns the API with authentication in front.
+func (s *Server) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.cfg.APIKey != "" && r.URL.Path != "/healthz" {
+			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.APIKey)) != 1 {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="forkbox"`)
+				writeError(w, errdefs.Unauthenticated("missing or wrong API key: send Authorization: Bearer <FORKBOX_API_KEY>"))
+				s.requests.WithLabelValues("auth", "401").Inc()
+				return
+			}
+		}
+		s.mux.ServeHTTP(w, r)
+	})
+}
+
+// statusWriter remembers the status code for metrics and logs.
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.code == 0 {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (s *Server) instrument(route string, f func(http.ResponseWriter, *http.Request) error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sw := &statusWriter{ResponseWriter: w}
+		start := time.Now()
+		err := f(sw, r)
+		if err != nil {
+			if sw.code == 0 {
+				writeError(sw, err)
+			} else {
+				s.log.Warn("error after response started", "route", route, "err", err)
+			}
+		}
+		code := sw.code
+		if code == 0 {
+			code = http.StatusOK
+		}
+		s.requests.WithLabelValues(route, strconv.Itoa(code)).Inc()
+		lvl := slog.LevelDebug
+		if code >= 500 {
+			lvl = slog.LevelError
+		}
+		s.log.Log(r.Context(), lvl, "http", "method", r.Method, "path", r.URL.Path, "code", code, "ms", time.Since(start).Milliseconds(), "err", err)
+	})
+}
+
+// writeError is the one place where an error becomes an HTTP answer.
+func writeError(w http.ResponseWriter, err error) {
+	status, code := errdefs.HTTPStatus(err)
+	msg := err.Error()
+	if status == http.StatusInternalServerError && msg == "" {
+		msg = "internal error"
+	}
+	writeJSON(w, status, api.Error{Error: api.ErrorBody{Code: code, Message: msg}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}
+
+// decodeJSON reads a JSON body strictly: unknown fields, trailing data,
+// wrong types and oversized bodies are client errors that name the problem.
+func (s *Server) decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
+	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxJSONBytes)
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil {
+		if _, terr := dec.Token(); !errors.Is(terr, io.EOF) {
+			return errdefs.InvalidArgument("malformed JSON: unexpected data after the object")
+		}
+		return nil
+	}
+	var (
+		maxErr  *http.MaxBytesError
+		synErr  *json.SyntaxError
+		typeErr *json.UnmarshalTypeError
+	)
+	switch {
+	case errors.As(err, &maxErr):
+		return errdefs.TooLarge("request body is larger than %d bytes", maxErr.Limit)
+	case errors.Is(err, io.EOF):
+		return errdefs.InvalidArgument("malformed JSON: empty body")
+	case errors.As(err, &synErr), errors.Is(err, io.ErrUnexpectedEOF):
+		return errdefs.InvalidArgument("malformed JSON: %v", err)
+	case errors.As(err, &typeErr):
+		return errdefs.InvalidArgument("%s: expected %s, got JSON %s", typeErr.Field, typeErr.Type, typeErr.Value)
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		return errdefs.InvalidArgument("unknown field %s", strings.TrimPrefix(err.Error(), "json: unknown field "))
+	}
+	return errdefs.InvalidArgument("malformed JSON: %v", err)
+}
+
+func wantsSSE(r *http.Request) bool {
+	return strings.Contains(r.Header.Get("Accept"), "text/event-stream")
+}
+
+// sse writes Server-Sent Events.
+type sse struct {
+	w http.ResponseWriter
+	f http.Flusher
+}
+
+func newSSE(w http.ResponseWriter) *sse {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	f, _ := w.(http.Flusher)
+	s := &sse{w: w, f: f}
+	s.flush()
+	return s
+}
+
+func (s *sse) flush() {
+	if s.f != nil {
+		s.f.Flush()
+	}
+}
+
+// send writes one event whose data is v as JSON (one line).
+func (s *sse) send(event string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintf(s.w, "event: %s\ndata: %s\n\n", event, b); err != nil {
+		return err
+	}
+	s.flush()
+	return nil
+}

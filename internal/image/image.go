@@ -1,0 +1,227 @@
+// Package image manages forkbox images: read-only root filesystems plus the
+// defaults (environment, working directory, user) a sandbox starts with.
+//
+// A Store keeps every image in its own directory under <data-dir>/images:
+//
+//	<dir>/<name>/image.json   the Image metadata
+//	<dir>/<name>/rootfs/      the read-only lower dir of a sandbox's overlay
+//
+// An image appears all at once: it is built under a temporary name in <dir>
+// and renamed into place, so Get and List never see a half-built image, and a
+// crash mid-build leaves only a temporary directory that the next Open
+// removes. Images capture no runtime state.
+//
+// For now there is one kind of image, the host-derived "python" image built by
+// EnsureHostPython: a skeleton root whose /usr is the host's own, bind-mounted
+// read-only when a sandbox starts. Recipe builds and OCI imports come later.
+package image
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/forkbox/forkbox/internal/errdefs"
+)
+
+// DefaultImage is the image a sandbox starts from when none is named.
+const DefaultImage = "python"
+
+// metaFile is the name of an image's metadata file inside its directory.
+const metaFile = "image.json"
+
+// tmpPrefix starts the names of directories that are being built or replaced.
+// Open removes leftovers; List skips them.
+const tmpPrefix = ".tmp-"
+
+// Image is a read-only root filesystem plus the defaults a sandbox starts
+// with. The runtime mounts RootFS as the overlay's lower dir, then applies
+// Binds in order (a bind may land inside an earlier one), then runs the
+// sandbox's processes as UID:GID in WorkDir with Env.
+type Image struct {
+	Name string `json:"name"`
+	// RootFS is the absolute path of the read-only lower dir.
+	RootFS string `json:"rootfs"`
+	// Binds are host paths bind-mounted into the sandbox root, in order.
+	Binds []Bind `json:"binds"`
+	// Env holds KEY=VALUE defaults (PATH, HOME, LANG, ...).
+	Env     []string `json:"env"`
+	WorkDir string   `json:"workdir"`
+	UID     int      `json:"uid"`
+	GID     int      `json:"gid"`
+	// CreatedAt is when the image was built.
+	CreatedAt time.Time `json:"created_at"`
+	// SizeBytes is the apparent size of RootFS (files and symlinks), not
+	// counting what Binds bring in.
+	SizeBytes int64 `json:"size_bytes"`
+	// Recipe names how the image was built and which version of that
+	// recipe, such as "host-python/1". A store rebuilds a derived image
+	// when its recipe version changes.
+	Recipe string `json:"recipe,omitempty"`
+}
+
+// Bind is a host path mounted into the sandbox root at Target.
+type Bind struct {
+	Source   string `json:"source"`
+	Target   string `json:"target"`
+	ReadOnly bool   `json:"read_only"`
+}
+
+// Store is the set of images under one directory. It is safe for concurrent
+// use by the goroutines of one process; one data directory belongs to one
+// daemon.
+type Store struct {
+	dir string
+	// mu serializes builds; reads need no lock because images are
+	// replaced by rename.
+	mu sync.Mutex
+}
+
+// Open returns the store at dir, creating the directory if needed and
+// removing leftovers of builds that a crash interrupted.
+func Open(dir string) (*Store, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("image store %q: %w", dir, err)
+	}
+	if err := os.MkdirAll(abs, 0o755); err != nil {
+		return nil, fmt.Errorf("image store: %w", err)
+	}
+	entries, err := os.ReadDir(abs)
+	if err != nil {
+		return nil, fmt.Errorf("image store: %w", err)
+	}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), tmpPrefix) {
+			if err := os.RemoveAll(filepath.Join(abs, e.Name())); err != nil {
+				return nil, fmt.Errorf("image store: remove leftover build: %w", err)
+			}
+		}
+	}
+	return &Store{dir: abs}, nil
+}
+
+// Dir returns the store's absolute directory.
+func (s *Store) Dir() string { return s.dir }
+
+var validName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
+
+// Get returns the image called name. The error wraps errdefs.ErrNotFound
+// when there is none, and errdefs.ErrInvalidArgument for a malformed name.
+func (s *Store) Get(ctx context.Context, name string) (*Image, error) {
+	if !validName.MatchString(name) {
+		return nil, errdefs.InvalidArgument("invalid image name %q: use lowercase letters, digits, '.', '_' and '-'", name)
+	}
+	data, err := os.ReadFile(filepath.Join(s.dir, name, metaFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, errdefs.NotFound("image %q not found", name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("image %q: %w", name, err)
+	}
+	var img Image
+	if err := json.Unmarshal(data, &img); err != nil {
+		return nil, fmt.Errorf("image %q: corrupt %s: %w", name, metaFile, err)
+	}
+	return &img, nil
+}
+
+// List returns every image, sorted by name.
+func (s *Store) List(ctx context.Context) ([]*Image, error) {
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, fmt.Errorf("list images: %w", err)
+	}
+	var out []*Image
+	for _, e := range entries {
+		if !e.IsDir() || !validName.MatchString(e.Name()) {
+			continue
+		}
+		img, err := s.Get(ctx, e.Name())
+		if errors.Is(err, errdefs.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, img)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// writeMeta writes img as dir/image.json durably: temp name, fsync, rename.
+func writeMeta(dir string, img *Image) error {
+	data, err := json.MarshalIndent(img, "", "  ")
+	if err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, tmpPrefix+metaFile+"-")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	if _, err := f.Write(append(data, '\n')); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return err
+	}
+	if err := f.Chmod(0o644); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return err
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, metaFile)); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return syncDir(dir)
+}
+
+// syncDir fsyncs a directory so that renames inside it are durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// treeSize returns the apparent size of the regular files and symlinks
+// under root, without following symlinks.
+func treeSize(root string) (int64, error) {
+	var n int64
+	err := filepath.WalkDir(root, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type().IsRegular() || d.Type()&fs.ModeSymlink != 0 {
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			n += info.Size()
+		}
+		return nil
+	})
+	return n, err
+}

@@ -1,0 +1,84 @@
+// Package runtime isolates sandboxes on a Linux host: namespaces (mount, PID,
+// network, IPC, UTS, cgroup), cgroup limits (v1 and v2), an ext4 writable
+// layer under an overlay over the read-only image, pivot_root, and the
+// forkbox agent as each sandbox's init.
+//
+// Lifecycle: Create prepares everything in order, registering the undo of each
+// step on a cleanup stack so that a failure at any step unwinds the earlier
+// ones; it returns once the agent inside answers. Info, the record of where
+// the sandbox lives on the host, is persisted by the caller; after a daemon
+// restart Adopt re-attaches to a sandbox that is still running. Destroy is
+// idempotent and leaves no process, mount, loop device, cgroup or veth.
+//
+// Host layout of a sandbox (<dir> = <data>/sandboxes/<id>):
+//
+//	<dir>/disk.img   sparse ext4 image of disk_mb (the writable layer's quota)
+//	<dir>/disk/      its mount: upper/ and work/ of the overlay
+//	<dir>/rootfs/    the overlay: image rootfs (lower) + disk/upper
+//	<dir>/run/       bind-mounted at /.forkbox/run inside: agent.json, agent.sock, agent.log
+package runtime
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/forkbox/forkbox/internal/image"
+	"github.com/forkbox/forkbox/internal/netsetup"
+)
+
+// Limits are a sandbox's cgroup limits.
+type Limits struct {
+	CPUs     float64
+	MemoryMB int64
+	PIDs     int64
+}
+
+// Spec is everything Create needs.
+type Spec struct {
+	ID            string
+	Hostname      string
+	Image         *image.Image
+	Limits        Limits
+	DiskMB        int64
+	AllowInternet bool
+	Env           []string // KEY=VALUE added to the image's env for every process
+}
+
+// Info is where a sandbox lives on the host. The caller persists it (as JSON)
+// so that a restarted daemon can adopt or clean up the sandbox.
+type Info struct {
+	Dir       string         `json:"dir"`
+	PID       int            `json:"pid"`
+	PIDStart  uint64         `json:"pid_start"` // start time in clock ticks, guards against PID reuse
+	CgroupDir string         `json:"cgroup_parent"`
+	Link      *netsetup.Link `json:"link,omitempty"`
+}
+
+// MarshalInfo encodes info for the metadata store.
+func MarshalInfo(i *Info) json.RawMessage {
+	b, _ := json.Marshal(i)
+	return b
+}
+
+// UnmarshalInfo decodes what MarshalInfo wrote; an empty record is a zero Info.
+func UnmarshalInfo(b json.RawMessage) (*Info, error) {
+	var i Info
+	if len(b) == 0 {
+		return &i, nil
+	}
+	err := json.Unmarshal(b, &i)
+	return &i, err
+}
+
+// Usage is a sandbox's resource use, read from its cgroup.
+type Usage struct {
+	CPUSeconds      float64
+	MemoryBytes     int64
+	MemoryPeakBytes int64
+	PIDs            int64
+	OOMKills        int64
+	DiskUsedBytes   int64
+}
+
+// startTimeout bounds how long Create waits for the agent to come up.
+const startTimeout = 20 * time.Second

@@ -1,0 +1,427 @@
+package runtime
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/forkbox/forkbox/internal/agent"
+	"github.com/forkbox/forkbox/internal/netsetup"
+	"golang.org/x/sys/unix"
+)
+
+// Config configures the runtime.
+type Config struct {
+	// Dir holds one directory per sandbox (<data>/sandboxes).
+	Dir string
+	// CacheDir holds formatted disk templates (<data>/cache).
+	CacheDir string
+	// CgroupParent is the cgroup under which sandboxes are created.
+	CgroupParent string
+	// Binary is the forkbox executable bind-mounted into sandboxes as the
+	// agent. Defaults to the running executable.
+	Binary string
+	// Net attaches internet access; required only for sandboxes that ask.
+	Net *netsetup.Manager
+	// OnExit is called (once, from its own goroutine) when a sandbox's init
+	// exits without Destroy having been called.
+	OnExit func(id string, reason string)
+	Logger *slog.Logger
+}
+
+// Runtime creates and destroys sandboxes. Safe for concurrent use.
+type Runtime struct {
+	cfg   Config
+	disks *diskCache
+	log   *slog.Logger
+
+	mu        sync.Mutex
+	destroyed map[string]bool // ids whose exit is expected
+}
+
+// New checks the host and returns a Runtime.
+func New(cfg Config) (*Runtime, error) {
+	if os.Geteuid() != 0 {
+		return nil, errors.New("the forkbox runtime needs root (namespaces, cgroups, mounts)")
+	}
+	if cfg.Binary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("find own executable: %w", err)
+		}
+		cfg.Binary = exe
+	}
+	if cfg.CgroupParent == "" {
+		cfg.CgroupParent = "forkbox"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	for _, d := range []string{cfg.Dir, cfg.CacheDir} {
+		if err := os.MkdirAll(d, 0o711); err != nil {
+			return nil, err
+		}
+	}
+	return &Runtime{cfg: cfg, disks: &diskCache{dir: cfg.CacheDir}, log: cfg.Logger, destroyed: map[string]bool{}}, nil
+}
+
+// Dir returns the host directory of sandbox id.
+func (r *Runtime) Dir(id string) string { return filepath.Join(r.cfg.Dir, id) }
+
+// SocketPath returns the host path of the agent socket of a sandbox.
+func SocketPath(info *Info) string { return filepath.Join(info.Dir, "run", agent.SocketName) }
+
+// cleanup is a LIFO stack of undo steps for a multi-step setup.
+type cleanup []func() error
+
+func (c *cleanup) add(f func() error) { *c = append(*c, f) }
+
+func (c cleanup) run() error {
+	var errs []error
+	for i := len(c) - 1; i >= 0; i-- {
+		if err := c[i](); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Create starts a sandbox and returns once its agent is ready. On failure
+// everything done so far is undone.
+func (r *Runtime) Create(ctx context.Context, spec Spec) (info *Info, err error) {
+	dir := r.Dir(spec.ID)
+	info = &Info{Dir: dir, CgroupDir: r.cfg.CgroupParent}
+	var undo cleanup
+	defer func() {
+		if err != nil {
+			if cerr := undo.run(); cerr != nil {
+				r.log.Error("unwinding failed sandbox create", "sandbox", spec.ID, "err", cerr)
+			}
+		}
+	}()
+
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("sandbox dir: %w", err)
+	}
+	undo.add(func() error { return os.RemoveAll(dir) })
+	runDir := filepath.Join(dir, "run")
+	if err := os.Mkdir(runDir, 0o700); err != nil {
+		return nil, err
+	}
+
+	// Writable layer: ext4 of disk_mb, then the overlay root.
+	undo.add(func() error { return unmount(filepath.Join(dir, "disk")) })
+	if err := mountDisk(r.disks, dir, spec.DiskMB); err != nil {
+		return nil, fmt.Errorf("writable layer: %w", err)
+	}
+	rootfs := filepath.Join(dir, "rootfs")
+	if err := os.Mkdir(rootfs, 0o755); err != nil {
+		return nil, err
+	}
+	undo.add(func() error { return unmount(rootfs) })
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", spec.Image.RootFS,
+		filepath.Join(dir, "disk", "upper"), filepath.Join(dir, "disk", "work"))
+	if err := unix.Mount("overlay", rootfs, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return nil, fmt.Errorf("mount overlay root: %w", err)
+	}
+
+	// The agent's config, read by the agent at start.
+	acfg := agent.Config{
+		SandboxID: spec.ID,
+		UID:       spec.Image.UID,
+		GID:       spec.Image.GID,
+		WorkDir:   spec.Image.WorkDir,
+		Env:       agent.MergeEnv(spec.Image.Env, spec.Env),
+	}
+	if err := writeJSON(filepath.Join(runDir, agent.ConfigName), acfg); err != nil {
+		return nil, err
+	}
+	if spec.AllowInternet {
+		// Name resolution for sandboxes that may reach the network.
+		if err := os.WriteFile(filepath.Join(rootfs, "etc", "resolv.conf"), netsetup.ResolvConf(), 0o644); err != nil {
+			return nil, fmt.Errorf("write resolv.conf: %w", err)
+		}
+	}
+
+	cg := newCgroups(r.cfg.CgroupParent, spec.ID)
+	undo.add(cg.remove)
+	undo.add(func() error { return cg.kill(5 * time.Second) })
+	if err := cg.create(spec.Limits); err != nil {
+		return nil, fmt.Errorf("cgroup: %w", err)
+	}
+
+	// The first process: new namespaces, waiting for its config on fd 3.
+	cfgR, cfgW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer cfgW.Close()
+	statR, statW, err := os.Pipe()
+	if err != nil {
+		cfgR.Close()
+		return nil, err
+	}
+	defer statR.Close()
+	cmd := exec.Command(r.cfg.Binary, "__sandbox-init")
+	cmd.ExtraFiles = []*os.File{cfgR, statW}
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET |
+			syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
+		Setsid: true,
+	}
+	err = cmd.Start()
+	cfgR.Close()
+	statW.Close()
+	if err != nil {
+		return nil, fmt.Errorf("start sandbox init: %w", err)
+	}
+	pid := cmd.Process.Pid
+	undo.add(func() error { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait(); return nil })
+	info.PID = pid
+	if info.PIDStart, err = pidStartTime(pid); err != nil {
+		return nil, err
+	}
+	if err := cg.join(pid); err != nil {
+		return nil, err
+	}
+	if r.cfg.Net == nil {
+		return nil, errors.New("runtime has no network manager")
+	}
+	if err := r.cfg.Net.LoopbackUp(pid); err != nil {
+		return nil, fmt.Errorf("loopback: %w", err)
+	}
+	if spec.AllowInternet {
+		undo.add(func() error { return r.cfg.Net.Detach(spec.ID) })
+		link, err := r.cfg.Net.Attach(ctx, spec.ID, pid)
+		if err != nil {
+			return nil, fmt.Errorf("network: %w", err)
+		}
+		info.Link = link
+	}
+	binds := []initBind{}
+	for _, b := range spec.Image.Binds {
+		binds = append(binds, initBind{Source: b.Source, Target: b.Target, ReadOnly: b.ReadOnly})
+	}
+	icfg := initConfig{RootFS: rootfs, Hostname: spec.Hostname, Binary: r.cfg.Binary, RunDir: runDir, Binds: binds}
+	if err := json.NewEncoder(cfgW).Encode(icfg); err != nil {
+		return nil, fmt.Errorf("send init config: %w", err)
+	}
+	cfgW.Close()
+
+	if err := waitReady(ctx, statR); err != nil {
+		return nil, err
+	}
+	go r.reap(spec.ID, func() string {
+		err := cmd.Wait()
+		return exitReason(err)
+	})
+	return info, nil
+}
+
+// waitReady reads the status pipe: the agent writes "ok" once it serves, and
+// init writes "error: …" if building the root failed.
+func waitReady(ctx context.Context, statR *os.File) error {
+	type res struct {
+		line string
+		err  error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		line, err := bufio.NewReader(statR).ReadString('\n')
+		ch <- res{strings.TrimSpace(line), err}
+	}()
+	timer := time.NewTimer(startTimeout)
+	defer timer.Stop()
+	select {
+	case r := <-ch:
+		switch {
+		case r.line == "ok":
+			return nil
+		case strings.HasPrefix(r.line, "error: "):
+			return fmt.Errorf("sandbox init: %s", strings.TrimPrefix(r.line, "error: "))
+		case errors.Is(r.err, io.EOF):
+			return errors.New("sandbox init exited before its agent was ready")
+		default:
+			return fmt.Errorf("sandbox init: unexpected status %q: %v", r.line, r.err)
+		}
+	case <-timer.C:
+		return fmt.Errorf("sandbox agent not ready after %s", startTimeout)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func exitReason(err error) string {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return "sandbox init was killed by " + ws.Signal().String()
+		}
+		return fmt.Sprintf("sandbox init exited with status %d", ee.ExitCode())
+	}
+	if err != nil {
+		return "sandbox init: " + err.Error()
+	}
+	return "sandbox init exited"
+}
+
+// reap waits for a sandbox's init to exit and reports an unexpected exit.
+func (r *Runtime) reap(id string, wait func() string) {
+	reason := wait()
+	r.mu.Lock()
+	expected := r.destroyed[id]
+	delete(r.destroyed, id)
+	r.mu.Unlock()
+	if !expected && r.cfg.OnExit != nil {
+		r.cfg.OnExit(id, reason)
+	}
+}
+
+// Adopt re-attaches to a sandbox created by an earlier daemon process. It
+// fails if the sandbox's init is gone (or its PID now belongs to another
+// process) or its agent does not answer.
+func (r *Runtime) Adopt(ctx context.Context, id string, info *Info) error {
+	if info.PID <= 0 {
+		return errors.New("no init pid recorded")
+	}
+	start, err := pidStartTime(info.PID)
+	if err != nil || start != info.PIDStart {
+		return fmt.Errorf("init process %d is gone", info.PID)
+	}
+	pidfd, err := unix.PidfdOpen(info.PID, 0)
+	if err != nil {
+		return fmt.Errorf("pidfd_open %d: %w", info.PID, err)
+	}
+	go r.reap(id, func() string {
+		defer unix.Close(pidfd)
+		fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+		for {
+			_, err := unix.Poll(fds, -1)
+			if err == nil || !errors.Is(err, unix.EINTR) {
+				return "sandbox init exited"
+			}
+		}
+	})
+	return nil
+}
+
+// Destroy stops a sandbox and frees everything it held. It is idempotent and
+// works from Info alone, so it also cleans up after a crash.
+func (r *Runtime) Destroy(ctx context.Context, id string, info *Info) error {
+	r.mu.Lock()
+	r.destroyed[id] = true
+	r.mu.Unlock()
+	var errs []error
+	if info.PID > 0 {
+		if start, err := pidStartTime(info.PID); err == nil && start == info.PIDStart {
+			// Killing a PID namespace's init kills every process in it.
+			_ = unix.Kill(info.PID, unix.SIGKILL)
+		}
+	}
+	cg := newCgroups(r.cfg.CgroupParent, id)
+	if err := cg.kill(10 * time.Second); err != nil {
+		errs = append(errs, err)
+	}
+	if err := cg.remove(); err != nil {
+		errs = append(errs, err)
+	}
+	if r.cfg.Net != nil {
+		if err := r.cfg.Net.Detach(id); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	dir := r.Dir(id)
+	if err := unmount(filepath.Join(dir, "rootfs")); err != nil {
+		errs = append(errs, err)
+	}
+	if err := unmount(filepath.Join(dir, "disk")); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) == 0 {
+		if err := os.RemoveAll(dir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Usage reads a sandbox's resource use.
+func (r *Runtime) Usage(id string) Usage {
+	u := newCgroups(r.cfg.CgroupParent, id).stats()
+	var st unix.Statfs_t
+	if err := unix.Statfs(filepath.Join(r.Dir(id), "disk"), &st); err == nil && st.Type == unix.EXT4_SUPER_MAGIC {
+		u.DiskUsedBytes = int64(st.Blocks-st.Bfree) * st.Bsize
+	}
+	return u
+}
+
+// SandboxDirs lists the sandbox directories on disk (for startup cleanup of
+// sandboxes the metadata store does not know).
+func (r *Runtime) SandboxDirs() ([]string, error) {
+	ents, err := os.ReadDir(r.cfg.Dir)
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, e := range ents {
+		if e.IsDir() {
+			ids = append(ids, e.Name())
+		}
+	}
+	return ids, nil
+}
+
+// pidStartTime reads the start time (field 22 of /proc/PID/stat) of pid.
+func pidStartTime(pid int) (uint64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("parse /proc/%d/stat", pid)
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 {
+		return 0, fmt.Errorf("parse /proc/%d/stat", pid)
+	}
+	return strconv.ParseUint(f[19], 10, 64)
+}
+
+// writeJSON writes v durably: temp file, fsync, rename.
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}

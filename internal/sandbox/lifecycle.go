@@ -1,0 +1,159 @@
+package sandbox
+
+import (
+	"context"
+	"time"
+
+	"github.com/forkbox/forkbox/api"
+	"github.com/forkbox/forkbox/internal/runtime"
+	"github.com/forkbox/forkbox/internal/store"
+)
+
+// reapInterval is how often idle timeouts and lifetimes are checked.
+const reapInterval = 500 * time.Millisecond
+
+// Start reconciles the store with the host after a (re)start, then starts the
+// idle reaper. Every sandbox the store says is live ends up either adopted
+// (its init and agent still answer) or marked error and cleaned up; sandbox
+// directories that no record owns are removed.
+func (m *Manager) Start(ctx context.Context) error {
+	sbs, err := m.store.List(ctx, store.ListFilter{})
+	if err != nil {
+		return err
+	}
+	known := map[string]bool{}
+	for _, sb := range sbs {
+		known[sb.ID] = true
+		if sb.State == api.StateTerminated {
+			continue
+		}
+		info, err := runtime.UnmarshalInfo(sb.Runtime)
+		if err != nil {
+			info = &runtime.Info{}
+		}
+		switch sb.State {
+		case api.StateRunning:
+			if err := m.rt.Adopt(ctx, sb.ID, info); err == nil {
+				l := m.track(sb, info)
+				if herr := l.agent.Health(ctx); herr == nil {
+					m.log.Info("adopted running sandbox", "sandbox", sb.ID)
+					continue
+				} else {
+					m.untrack(sb.ID)
+					err = herr
+				}
+				m.setError(ctx, sb.ID, "sandbox agent stopped answering while the daemon was down: "+err.Error())
+			} else {
+				m.setError(ctx, sb.ID, "sandbox processes were lost while the daemon was down: "+err.Error())
+			}
+		case api.StateError:
+			// Already marked; make sure nothing is left behind.
+			if err := m.rt.Destroy(ctx, sb.ID, info); err != nil {
+				m.log.Error("clean up errored sandbox", "sandbox", sb.ID, "err", err)
+			}
+		default:
+			m.setError(ctx, sb.ID, "daemon stopped while the sandbox was "+sb.State)
+		}
+	}
+	dirs, err := m.rt.SandboxDirs()
+	if err != nil {
+		return err
+	}
+	for _, id := range dirs {
+		if known[id] {
+			sb, err := m.store.Get(ctx, id)
+			if err != nil || sb.State != api.StateTerminated {
+				continue
+			}
+		}
+		// A terminated sandbox with leftovers, or one the store never recorded
+		// (the daemon died between making its directory and its record).
+		if err := m.rt.Destroy(ctx, id, &runtime.Info{}); err != nil {
+			m.log.Error("remove leftover sandbox dir", "sandbox", id, "err", err)
+		}
+	}
+	go m.reapLoop()
+	return nil
+}
+
+// Close stops background work. Running sandboxes keep running.
+func (m *Manager) Close() {
+	select {
+	case <-m.stop:
+	default:
+		close(m.stop)
+		<-m.done
+	}
+	m.flushActivity(context.Background())
+}
+
+func (m *Manager) reapLoop() {
+	defer close(m.done)
+	t := time.NewTicker(reapInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+			m.reapOnce(context.Background())
+		}
+	}
+}
+
+// reapOnce terminates sandboxes past their idle timeout or lifetime and
+// persists recent activity. A sandbox with a call in flight is not idle.
+func (m *Manager) reapOnce(ctx context.Context) {
+	now := m.now()
+	type victim struct{ id, reason string }
+	var victims []victim
+	m.mu.Lock()
+	for _, l := range m.live {
+		l.mu.Lock()
+		idle := l.inflight == 0 && now.Sub(l.lastActive) >= l.timeout
+		expired := !l.deadline.IsZero() && now.After(l.deadline)
+		named := l.name != ""
+		l.mu.Unlock()
+		switch {
+		case expired:
+			victims = append(victims, victim{l.id, "max lifetime reached"})
+		case idle && !named:
+			// Named sandboxes keep their state; they will be suspended
+			// instead once suspend exists, and are left running until then.
+			victims = append(victims, victim{l.id, "idle timeout"})
+		}
+	}
+	m.mu.Unlock()
+	for _, v := range victims {
+		if _, err := m.terminate(ctx, v.id, v.reason); err != nil {
+			m.log.Error("reap sandbox", "sandbox", v.id, "err", err)
+		}
+	}
+	m.flushActivity(ctx)
+}
+
+// flushActivity writes last-activity times to the store. They are kept in
+// memory on the hot path (no disk write per exec) and flushed here.
+func (m *Manager) flushActivity(ctx context.Context) {
+	m.mu.Lock()
+	ls := make([]*live, 0, len(m.live))
+	for _, l := range m.live {
+		ls = append(ls, l)
+	}
+	m.mu.Unlock()
+	for _, l := range ls {
+		l.mu.Lock()
+		at, dirty := l.lastActive, l.lastActive.After(l.persistedAt)
+		l.mu.Unlock()
+		if !dirty {
+			continue
+		}
+		if err := m.store.Touch(ctx, l.id, at); err != nil {
+			m.log.Warn("persist activity", "sandbox", l.id, "err", err)
+			continue
+		}
+		l.mu.Lock()
+		l.persistedAt = at
+		l.mu.Unlock()
+	}
+}

@@ -1,0 +1,593 @@
+// Package sandbox is forkbox's domain layer: the Manager creates, tracks and
+// terminates sandboxes, runs commands and file operations in them, and keeps
+// the metadata store and the host in agreement through the state machine in
+// state.go. HTTP, MCP and chat all go through a Manager.
+//
+// Lifecycle of the Manager: New → Start (reconciles what a previous daemon
+// left: adopts sandboxes that still run, marks and cleans the rest, starts the
+// idle reaper) → calls → Close (stops the reaper; sandboxes keep running and
+// are adopted by the next Start).
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/forkbox/forkbox/api"
+	"github.com/forkbox/forkbox/internal/agent"
+	"github.com/forkbox/forkbox/internal/errdefs"
+	"github.com/forkbox/forkbox/internal/image"
+	"github.com/forkbox/forkbox/internal/runtime"
+	"github.com/forkbox/forkbox/internal/store"
+)
+
+// Defaults for fields a create request leaves out.
+type Defaults struct {
+	CPUs        float64
+	MemoryMB    int64
+	DiskMB      int64
+	PIDsLimit   int64
+	TimeoutSecs int64
+}
+
+// DefaultDefaults are forkbox's built-in defaults.
+var DefaultDefaults = Defaults{CPUs: 1, MemoryMB: 1024, DiskMB: 2048, PIDsLimit: 512, TimeoutSecs: 300}
+
+// Runtime is what the Manager needs from the isolation layer.
+type Runtime interface {
+	Create(ctx context.Context, spec runtime.Spec) (*runtime.Info, error)
+	Adopt(ctx context.Context, id string, info *runtime.Info) error
+	Destroy(ctx context.Context, id string, info *runtime.Info) error
+	Usage(id string) runtime.Usage
+	SandboxDirs() ([]string, error)
+}
+
+// Images is what the Manager needs from the image store.
+type Images interface {
+	Get(ctx context.Context, name string) (*image.Image, error)
+}
+
+// Manager owns the sandboxes of one daemon.
+type Manager struct {
+	store    store.Store
+	rt       Runtime
+	images   Images
+	defaults Defaults
+	log      *slog.Logger
+	metrics  *Metrics
+	now      func() time.Time
+
+	mu   sync.Mutex
+	live map[string]*live // running sandboxes by id
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+// live is the in-memory side of a running sandbox.
+type live struct {
+	id          string
+	name        string
+	info        *runtime.Info
+	agent       *agent.Client
+	timeout     time.Duration
+	deadline    time.Time // max lifetime; zero: none
+	mu          sync.Mutex
+	inflight    int
+	lastActive  time.Time
+	persistedAt time.Time
+}
+
+func (l *live) touch(now time.Time) {
+	l.mu.Lock()
+	if now.After(l.lastActive) {
+		l.lastActive = now
+	}
+	l.mu.Unlock()
+}
+
+// New returns a Manager. Call Start before serving.
+func New(st store.Store, rt Runtime, images Images, d Defaults, log *slog.Logger) *Manager {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Manager{
+		store: st, rt: rt, images: images, defaults: d, log: log,
+		metrics: newMetrics(), now: time.Now,
+		live: map[string]*live{}, stop: make(chan struct{}), done: make(chan struct{}),
+	}
+}
+
+// Metrics returns the Manager's Prometheus collectors.
+func (m *Manager) Metrics() *Metrics { return m.metrics }
+
+// newID returns a fresh sandbox id.
+func newID(prefix string) string {
+	var b [12]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err)
+	}
+	return prefix + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))
+}
+
+var (
+	nameRE   = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+	envKeyRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+)
+
+func rangeErr(field string, v any, lo, hi any) error {
+	return errdefs.InvalidArgument("%s: %v is out of range [%v, %v]", field, v, lo, hi)
+}
+
+// validate checks a create request and returns the spec with defaults.
+func (m *Manager) validate(req *api.CreateSandboxRequest) (store.Spec, error) {
+	d := m.defaults
+	spec := store.Spec{CPUs: d.CPUs, MemoryMB: d.MemoryMB, DiskMB: d.DiskMB, PIDsLimit: d.PIDsLimit, TimeoutSecs: d.TimeoutSecs,
+		AllowInternetAccess: req.AllowInternetAccess, Env: req.Env, Labels: req.Labels}
+	if req.Name != "" && (!nameRE.MatchString(req.Name) || strings.HasPrefix(req.Name, "sbx_")) {
+		return spec, errdefs.InvalidArgument("name: %q must match %s and not start with sbx_", req.Name, nameRE)
+	}
+	if req.CPUs != nil {
+		if *req.CPUs < 0.1 || *req.CPUs > 64 {
+			return spec, rangeErr("cpus", *req.CPUs, 0.1, 64)
+		}
+		spec.CPUs = *req.CPUs
+	}
+	ints := []struct {
+		field  string
+		v      *int64
+		lo, hi int64
+		dst    *int64
+	}{
+		{"memory_mb", req.MemoryMB, 64, 65536, &spec.MemoryMB},
+		{"disk_mb", req.DiskMB, 64, 1 << 20, &spec.DiskMB},
+		{"pids_limit", req.PIDsLimit, 16, 32768, &spec.PIDsLimit},
+		{"timeout_secs", req.TimeoutSecs, 1, 7 * 24 * 3600, &spec.TimeoutSecs},
+		{"max_lifetime_secs", req.MaxLifetimeSecs, 0, 365 * 24 * 3600, &spec.MaxLifetimeSecs},
+	}
+	for _, f := range ints {
+		if f.v == nil {
+			continue
+		}
+		if *f.v < f.lo || *f.v > f.hi {
+			return spec, rangeErr(f.field, *f.v, f.lo, f.hi)
+		}
+		*f.dst = *f.v
+	}
+	for k, v := range req.Env {
+		if !envKeyRE.MatchString(k) {
+			return spec, errdefs.InvalidArgument("env: %q is not a valid variable name", k)
+		}
+		if strings.ContainsRune(v, 0) {
+			return spec, errdefs.InvalidArgument("env: value of %s contains a NUL byte", k)
+		}
+	}
+	for k, v := range req.Labels {
+		if k == "" || len(k) > 63 || len(v) > 255 || strings.ContainsAny(k, ":=,") {
+			return spec, errdefs.InvalidArgument("labels: %q: keys are 1-63 chars without ':', '=' or ',', values at most 255", k)
+		}
+	}
+	return spec, nil
+}
+
+// Create validates req, records the sandbox and starts it.
+func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest) (*api.Sandbox, error) {
+	spec, err := m.validate(req)
+	if err != nil {
+		return nil, err
+	}
+	if req.SnapshotID != "" {
+		return nil, errdefs.NotFound("snapshot %q not found", req.SnapshotID)
+	}
+	imgName := req.Image
+	if imgName == "" {
+		imgName = image.DefaultImage
+	}
+	img, err := m.images.Get(ctx, imgName)
+	if err != nil {
+		return nil, fmt.Errorf("image: %w", err)
+	}
+	now := m.now().UTC()
+	sb := &store.Sandbox{
+		ID: newID("sbx_"), Name: req.Name, State: api.StateCreating, Image: imgName,
+		Spec: spec, CreatedAt: now, LastActiveAt: now,
+	}
+	if err := m.store.Create(ctx, sb); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	// The sandbox must not die with the request that made it.
+	rctx := context.WithoutCancel(ctx)
+	env := make([]string, 0, len(spec.Env))
+	for _, k := range sortedKeys(spec.Env) {
+		env = append(env, k+"="+spec.Env[k])
+	}
+	hostname := sb.Name
+	if hostname == "" {
+		hostname = sb.ID
+	}
+	info, err := m.rt.Create(rctx, runtime.Spec{
+		ID: sb.ID, Hostname: hostname, Image: img,
+		Limits:        runtime.Limits{CPUs: spec.CPUs, MemoryMB: spec.MemoryMB, PIDs: spec.PIDsLimit},
+		DiskMB:        spec.DiskMB,
+		AllowInternet: spec.AllowInternetAccess,
+		Env:           env,
+	})
+	if err != nil {
+		m.metrics.createFailures.Inc()
+		m.setError(rctx, sb.ID, "create failed: "+err.Error())
+		return nil, fmt.Errorf("create sandbox: %w", err)
+	}
+	m.metrics.createSeconds.Observe(time.Since(start).Seconds())
+	l := m.track(sb, info)
+	sb, err = m.store.Update(rctx, sb.ID, func(s *store.Sandbox) error {
+		if err := checkTransition(s.ID, s.State, api.StateRunning); err != nil {
+			return err
+		}
+		s.State, s.StateReason = api.StateRunning, ""
+		s.Runtime = runtime.MarshalInfo(info)
+		return nil
+	})
+	if err != nil {
+		m.untrack(l.id)
+		_ = m.rt.Destroy(rctx, l.id, info)
+		return nil, err
+	}
+	m.log.Info("sandbox created", "sandbox", sb.ID, "name", sb.Name, "ms", time.Since(start).Milliseconds())
+	return m.view(sb), nil
+}
+
+func sortedKeys(mp map[string]string) []string {
+	keys := make([]string, 0, len(mp))
+	for k := range mp {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func (m *Manager) track(sb *store.Sandbox, info *runtime.Info) *live {
+	l := &live{
+		id: sb.ID, name: sb.Name, info: info,
+		agent:      agent.NewClient(runtime.SocketPath(info)),
+		timeout:    time.Duration(sb.Spec.TimeoutSecs) * time.Second,
+		lastActive: sb.LastActiveAt, persistedAt: sb.LastActiveAt,
+	}
+	if sb.Spec.MaxLifetimeSecs > 0 {
+		l.deadline = sb.CreatedAt.Add(time.Duration(sb.Spec.MaxLifetimeSecs) * time.Second)
+	}
+	m.mu.Lock()
+	m.live[sb.ID] = l
+	m.mu.Unlock()
+	return l
+}
+
+func (m *Manager) untrack(id string) *live {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l := m.live[id]
+	delete(m.live, id)
+	if l != nil {
+		l.agent.CloseIdle()
+	}
+	return l
+}
+
+// setError records that a sandbox failed, and frees what it held.
+func (m *Manager) setError(ctx context.Context, id, reason string) {
+	sb, err := m.store.Update(ctx, id, func(s *store.Sandbox) error {
+		if s.State == api.StateTerminated || s.State == api.StateError {
+			return errAlready
+		}
+		s.State, s.StateReason = api.StateError, reason
+		return nil
+	})
+	if err != nil && !errors.Is(err, errAlready) {
+		m.log.Error("record sandbox error", "sandbox", id, "err", err)
+	}
+	l := m.untrack(id)
+	var info *runtime.Info
+	switch {
+	case l != nil:
+		info = l.info
+	case sb != nil:
+		info, _ = runtime.UnmarshalInfo(sb.Runtime)
+	}
+	if info == nil {
+		info = &runtime.Info{}
+	}
+	if err := m.rt.Destroy(ctx, id, info); err != nil {
+		m.log.Error("clean up failed sandbox", "sandbox", id, "err", err)
+	}
+	m.log.Warn("sandbox failed", "sandbox", id, "reason", reason)
+}
+
+var errAlready = errors.New("already in that state")
+
+// OnExit is the runtime's callback for a sandbox whose init died on its own.
+func (m *Manager) OnExit(id, reason string) {
+	m.setError(context.Background(), id, reason)
+}
+
+// Get returns one sandbox by id or name.
+func (m *Manager) Get(ctx context.Context, ref string) (*api.Sandbox, error) {
+	sb, err := m.store.Get(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	return m.view(sb), nil
+}
+
+// List returns sandboxes, newest first.
+func (m *Manager) List(ctx context.Context, f store.ListFilter) ([]api.Sandbox, error) {
+	sbs, err := m.store.List(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]api.Sandbox, 0, len(sbs))
+	for _, sb := range sbs {
+		out = append(out, *m.view(sb))
+	}
+	return out, nil
+}
+
+// view turns a record into the API object, with live usage and activity.
+func (m *Manager) view(sb *store.Sandbox) *api.Sandbox {
+	v := &api.Sandbox{
+		ID: sb.ID, Name: sb.Name, State: sb.State, StateReason: sb.StateReason, Image: sb.Image,
+		SnapshotID: sb.SnapshotID, CPUs: sb.Spec.CPUs, MemoryMB: sb.Spec.MemoryMB, DiskMB: sb.Spec.DiskMB,
+		PIDsLimit: sb.Spec.PIDsLimit, TimeoutSecs: sb.Spec.TimeoutSecs, MaxLifetimeSecs: sb.Spec.MaxLifetimeSecs,
+		AllowInternetAccess: sb.Spec.AllowInternetAccess, Env: maps.Clone(sb.Spec.Env), Labels: maps.Clone(sb.Spec.Labels),
+		CreatedAt: sb.CreatedAt, LastActiveAt: sb.LastActiveAt, TerminatedAt: sb.TerminatedAt,
+	}
+	m.mu.Lock()
+	l := m.live[sb.ID]
+	m.mu.Unlock()
+	if l != nil && sb.State == api.StateRunning {
+		l.mu.Lock()
+		if l.lastActive.After(v.LastActiveAt) {
+			v.LastActiveAt = l.lastActive
+		}
+		l.mu.Unlock()
+		u := m.rt.Usage(sb.ID)
+		v.Usage = &api.Usage{CPUSeconds: u.CPUSeconds, MemoryBytes: u.MemoryBytes, MemoryPeakBytes: u.MemoryPeakBytes,
+			PIDs: u.PIDs, DiskUsedBytes: u.DiskUsedBytes}
+	}
+	return v
+}
+
+// Delete terminates a sandbox and frees everything it held. Deleting a
+// terminated sandbox is a no-op that returns it.
+func (m *Manager) Delete(ctx context.Context, ref string) (*api.Sandbox, error) {
+	sb, err := m.store.Get(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	if sb.State == api.StateTerminated {
+		return m.view(sb), nil
+	}
+	return m.terminate(context.WithoutCancel(ctx), sb.ID, "deleted")
+}
+
+func (m *Manager) terminate(ctx context.Context, id, reason string) (*api.Sandbox, error) {
+	l := m.untrack(id)
+	var info *runtime.Info
+	if l != nil {
+		info = l.info
+	} else {
+		sb, err := m.store.Get(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if info, err = runtime.UnmarshalInfo(sb.Runtime); err != nil {
+			return nil, fmt.Errorf("sandbox %s runtime record: %w", id, err)
+		}
+	}
+	if err := m.rt.Destroy(ctx, id, info); err != nil {
+		// Leave the row live so that a retry (or the next start) cleans up.
+		return nil, fmt.Errorf("terminate sandbox %s: %w", id, err)
+	}
+	now := m.now().UTC()
+	sb, err := m.store.Update(ctx, id, func(s *store.Sandbox) error {
+		if err := checkTransition(s.ID, s.State, api.StateTerminated); err != nil {
+			return err
+		}
+		s.State, s.StateReason, s.TerminatedAt = api.StateTerminated, reason, &now
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	m.metrics.terminated.WithLabelValues(reason).Inc()
+	m.log.Info("sandbox terminated", "sandbox", id, "reason", reason)
+	return m.view(sb), nil
+}
+
+// acquire finds a running sandbox for a call, marks it busy and active. The
+// returned release must be called when the call ends.
+func (m *Manager) acquire(ctx context.Context, ref string) (*live, func(), error) {
+	sb, err := m.store.Get(ctx, ref)
+	if err != nil {
+		return nil, nil, err
+	}
+	m.mu.Lock()
+	l := m.live[sb.ID]
+	m.mu.Unlock()
+	if l == nil || sb.State != api.StateRunning {
+		msg := fmt.Sprintf("sandbox %s is %s", sb.ID, sb.State)
+		if sb.StateReason != "" {
+			msg += " (" + sb.StateReason + ")"
+		}
+		return nil, nil, errdefs.FailedPrecondition("%s", msg)
+	}
+	now := m.now()
+	l.mu.Lock()
+	l.inflight++
+	if now.After(l.lastActive) {
+		l.lastActive = now
+	}
+	l.mu.Unlock()
+	return l, func() {
+		l.mu.Lock()
+		l.inflight--
+		l.mu.Unlock()
+		l.touch(m.now())
+	}, nil
+}
+
+// agentErr explains an agent failure: if the sandbox went away meanwhile the
+// call failed because of that.
+func (m *Manager) agentErr(l *live, err error) error {
+	m.mu.Lock()
+	_, still := m.live[l.id]
+	m.mu.Unlock()
+	if !still {
+		return errdefs.FailedPrecondition("sandbox %s was terminated during the call", l.id)
+	}
+	return err
+}
+
+// ExecOptions streams output while a command runs; nil callbacks are skipped.
+type ExecOptions struct {
+	OnStdout, OnStderr func([]byte)
+}
+
+// Exec runs a command in a sandbox.
+func (m *Manager) Exec(ctx context.Context, ref string, req *api.ExecRequest, opts ExecOptions) (*api.ExecResult, error) {
+	if req.Cmd == "" {
+		return nil, errdefs.InvalidArgument("cmd: is required")
+	}
+	areq := &agent.ExecRequest{Cmd: req.Cmd, Args: req.Args, Cwd: req.Cwd, Stdin: []byte(req.Stdin)}
+	if req.TimeoutSecs != nil {
+		if *req.TimeoutSecs < 0.001 || *req.TimeoutSecs > 86400 {
+			return nil, rangeErr("timeout_secs", *req.TimeoutSecs, 0.001, 86400)
+		}
+		areq.TimeoutMS = int64(*req.TimeoutSecs * 1000)
+		if areq.TimeoutMS < 1 {
+			areq.TimeoutMS = 1
+		}
+	}
+	for _, k := range sortedKeys(req.Env) {
+		if !envKeyRE.MatchString(k) {
+			return nil, errdefs.InvalidArgument("env: %q is not a valid variable name", k)
+		}
+		areq.Env = append(areq.Env, k+"="+req.Env[k])
+	}
+	l, release, err := m.acquire(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	before := m.rt.Usage(l.id).OOMKills
+	var out, errb strings.Builder
+	start := time.Now()
+	st, err := l.agent.Exec(ctx, areq, func(ev agent.ExecEvent) {
+		switch ev.Stream {
+		case "stdout":
+			if opts.OnStdout != nil {
+				opts.OnStdout(ev.Data)
+			} else {
+				out.Write(ev.Data)
+			}
+		case "stderr":
+			if opts.OnStderr != nil {
+				opts.OnStderr(ev.Data)
+			} else {
+				errb.Write(ev.Data)
+			}
+		}
+	})
+	m.metrics.execSeconds.Observe(time.Since(start).Seconds())
+	if err != nil {
+		return nil, m.agentErr(l, err)
+	}
+	res := &api.ExecResult{Stdout: out.String(), Stderr: errb.String(), ExitCode: st.Code, DurationMS: st.DurationMS,
+		Signal: st.Signal, TimedOut: st.TimedOut, Error: st.Error}
+	if st.Signal == "SIGKILL" && !st.TimedOut && m.rt.Usage(l.id).OOMKills > before {
+		res.OOMKilled = true
+		res.Error = fmt.Sprintf("killed by the kernel: out of memory (the sandbox's memory_mb limit was reached)")
+	}
+	return res, nil
+}
+
+// ReadFile opens a file of a sandbox for reading.
+func (m *Manager) ReadFile(ctx context.Context, ref, path string) (io.ReadCloser, int64, error) {
+	l, release, err := m.acquire(ctx, ref)
+	if err != nil {
+		return nil, 0, err
+	}
+	rc, size, err := l.agent.ReadFile(ctx, path)
+	if err != nil {
+		release()
+		return nil, 0, m.agentErr(l, err)
+	}
+	return &releaseCloser{ReadCloser: rc, release: release}, size, nil
+}
+
+type releaseCloser struct {
+	io.ReadCloser
+	once    sync.Once
+	release func()
+}
+
+func (r *releaseCloser) Close() error {
+	err := r.ReadCloser.Close()
+	r.once.Do(r.release)
+	return err
+}
+
+// WriteFile writes body to a file of a sandbox.
+func (m *Manager) WriteFile(ctx context.Context, ref, path string, mode uint32, body io.Reader) (*api.WriteFileResult, error) {
+	l, release, err := m.acquire(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	p, n, err := l.agent.WriteFile(ctx, path, mode, body)
+	if err != nil {
+		return nil, m.agentErr(l, err)
+	}
+	return &api.WriteFileResult{Path: p, Size: n}, nil
+}
+
+// RemoveFile removes a file or directory of a sandbox.
+func (m *Manager) RemoveFile(ctx context.Context, ref, path string, recursive bool) error {
+	l, release, err := m.acquire(ctx, ref)
+	if err != nil {
+		return err
+	}
+	defer release()
+	if err := l.agent.RemoveFile(ctx, path, recursive); err != nil {
+		return m.agentErr(l, err)
+	}
+	return nil
+}
+
+// ListFiles lists a directory of a sandbox.
+func (m *Manager) ListFiles(ctx context.Context, ref, path string) (*api.FileList, error) {
+	l, release, err := m.acquire(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	dir, entries, err := l.agent.ListFiles(ctx, path)
+	if err != nil {
+		return nil, m.agentErr(l, err)
+	}
+	out := &api.FileList{Path: dir, Entries: make([]api.FileInfo, 0, len(entries))}
+	for _, e := range entries {
+		out.Entries = append(out.Entries, api.FileInfo{Name: e.Name, Path: e.Path, Type: e.Type, Size: e.Size, Mode: e.Mode, ModifiedAt: e.ModTime})
+	}
+	return out, nil
+}

@@ -1,0 +1,36 @@
+package sandbox
+
+import (
+	"github.com/forkbox/forkbox/api"
+	"github.com/forkbox/forkbox/internal/errdefs"
+)
+
+// transitions lists the legal state changes (SPEC §1):
+//
+//	creating → running ⇄ (suspending → suspended → resuming) → terminated
+//
+// plus error (with a reason) from any live state. terminated is final.
+var transitions = map[string][]string{
+	api.StateCreating:   {api.StateRunning, api.StateError, api.StateTerminated},
+	api.StateRunning:    {api.StateSuspending, api.StateTerminated, api.StateError},
+	api.StateSuspending: {api.StateSuspended, api.StateRunning, api.StateError, api.StateTerminated},
+	api.StateSuspended:  {api.StateResuming, api.StateTerminated, api.StateError},
+	api.StateResuming:   {api.StateRunning, api.StateSuspended, api.StateError, api.StateTerminated},
+	api.StateError:      {api.StateTerminated},
+	api.StateTerminated: {},
+}
+
+// checkTransition returns a failed-precondition error for an illegal change.
+func checkTransition(id, from, to string) error {
+	for _, s := range transitions[from] {
+		if s == to {
+			return nil
+		}
+	}
+	return errdefs.FailedPrecondition("sandbox %s is %s and cannot become %s", id, from, to)
+}
+
+// IsLive reports whether a sandbox in state holds (or may hold) host resources.
+func IsLive(state string) bool {
+	return state != api.StateTerminated
+}

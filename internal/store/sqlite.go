@@ -1,0 +1,330 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/forkbox/forkbox/internal/errdefs"
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+)
+
+// migrations are applied in order, each in its own transaction; the index of
+// a statement plus one is its schema version. Never edit a shipped entry:
+// append a new one.
+var migrations = []string{
+	// 1: sandboxes and their state history.
+	`CREATE TABLE sandboxes (
+		id             TEXT PRIMARY KEY,
+		name           TEXT NOT NULL DEFAULT '',
+		state          TEXT NOT NULL,
+		state_reason   TEXT NOT NULL DEFAULT '',
+		image          TEXT NOT NULL DEFAULT '',
+		snapshot_id    TEXT NOT NULL DEFAULT '',
+		spec           TEXT NOT NULL,
+		runtime        TEXT NOT NULL DEFAULT '{}',
+		created_at     INTEGER NOT NULL,
+		last_active_at INTEGER NOT NULL,
+		terminated_at  INTEGER
+	);
+	CREATE UNIQUE INDEX sandboxes_live_name ON sandboxes(name)
+		WHERE name != '' AND state != 'terminated';
+	CREATE INDEX sandboxes_state ON sandboxes(state);
+	CREATE TABLE sandbox_events (
+		id         INTEGER PRIMARY KEY AUTOINCREMENT,
+		sandbox_id TEXT NOT NULL REFERENCES sandboxes(id) ON DELETE CASCADE,
+		from_state TEXT NOT NULL,
+		to_state   TEXT NOT NULL,
+		reason     TEXT NOT NULL DEFAULT '',
+		at         INTEGER NOT NULL
+	);
+	CREATE INDEX sandbox_events_sandbox ON sandbox_events(sandbox_id, id);`,
+}
+
+// SQLite is the embedded Store: one database file in the data directory,
+// WAL journal, synchronous=FULL so that an acknowledged write survives kill -9.
+type SQLite struct {
+	db *sql.DB
+}
+
+var _ Store = (*SQLite)(nil)
+
+// OpenSQLite opens (creating if needed) the database at path and migrates it
+// to the latest schema.
+func OpenSQLite(ctx context.Context, path string) (*SQLite, error) {
+	q := url.Values{}
+	for _, p := range []string{"busy_timeout(10000)", "journal_mode(WAL)", "synchronous(FULL)", "foreign_keys(1)"} {
+		q.Add("_pragma", p)
+	}
+	q.Set("_txlock", "immediate")
+	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("open metadata db %s: %w", path, err)
+	}
+	// One writer at a time is SQLite's model; a small pool lets reads overlap.
+	db.SetMaxOpenConns(4)
+	s := &SQLite{db: db}
+	if err := s.migrate(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// SchemaVersion returns the version the database is at.
+func (s *SQLite) SchemaVersion(ctx context.Context) (int, error) {
+	var v int
+	err := s.db.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&v)
+	return v, err
+}
+
+func (s *SQLite) migrate(ctx context.Context) error {
+	if _, err := s.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)`); err != nil {
+		return fmt.Errorf("create schema_migrations: %w", err)
+	}
+	cur, err := s.SchemaVersion(ctx)
+	if err != nil {
+		return fmt.Errorf("read schema version: %w", err)
+	}
+	if cur > len(migrations) {
+		return fmt.Errorf("metadata db is at schema %d, newer than this forkbox (%d): refusing to run", cur, len(migrations))
+	}
+	for v := cur + 1; v <= len(migrations); v++ {
+		tx, err := s.db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, migrations[v-1]); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("migration %d: %w", v, err)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations(version, applied_at) VALUES (?, ?)`, v, time.Now().UnixNano()); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("migration %d: %w", v, err)
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("migration %d: %w", v, err)
+		}
+	}
+	return nil
+}
+
+// Close closes the database.
+func (s *SQLite) Close() error { return s.db.Close() }
+
+const sandboxCols = `id, name, state, state_reason, image, snapshot_id, spec, runtime, created_at, last_active_at, terminated_at`
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanSandbox(r scanner) (*Sandbox, error) {
+	var (
+		sb              Sandbox
+		spec, rt        string
+		created, active int64
+		terminated      sql.NullInt64
+	)
+	if err := r.Scan(&sb.ID, &sb.Name, &sb.State, &sb.StateReason, &sb.Image, &sb.SnapshotID, &spec, &rt, &created, &active, &terminated); err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal([]byte(spec), &sb.Spec); err != nil {
+		return nil, fmt.Errorf("sandbox %s: decode spec: %w", sb.ID, err)
+	}
+	sb.Runtime = json.RawMessage(rt)
+	sb.CreatedAt = time.Unix(0, created).UTC()
+	sb.LastActiveAt = time.Unix(0, active).UTC()
+	if terminated.Valid {
+		t := time.Unix(0, terminated.Int64).UTC()
+		sb.TerminatedAt = &t
+	}
+	return &sb, nil
+}
+
+func nullTime(t *time.Time) any {
+	if t == nil {
+		return nil
+	}
+	return t.UnixNano()
+}
+
+func runtimeJSON(r json.RawMessage) string {
+	if len(r) == 0 {
+		return "{}"
+	}
+	return string(r)
+}
+
+func isUniqueViolation(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed")
+}
+
+// Create implements Store.
+func (s *SQLite) Create(ctx context.Context, sb *Sandbox) error {
+	spec, err := json.Marshal(sb.Spec)
+	if err != nil {
+		return fmt.Errorf("encode spec: %w", err)
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback()
+	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes(`+sandboxCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?)`,
+		sb.ID, sb.Name, sb.State, sb.StateReason, sb.Image, sb.SnapshotID, string(spec), runtimeJSON(sb.Runtime),
+		sb.CreatedAt.UnixNano(), sb.LastActiveAt.UnixNano(), nullTime(sb.TerminatedAt))
+	if isUniqueViolation(err) {
+		if sb.Name != "" {
+			return errdefs.Conflict("a sandbox named %q already exists", sb.Name)
+		}
+		return errdefs.Conflict("sandbox %s already exists", sb.ID)
+	}
+	if err != nil {
+		return fmt.Errorf("insert sandbox: %w", err)
+	}
+	if err := insertEvent(ctx, tx, sb.ID, "", sb.State, sb.StateReason, sb.CreatedAt); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+func insertEvent(ctx context.Context, tx *sql.Tx, id, from, to, reason string, at time.Time) error {
+	if _, err := tx.ExecContext(ctx, `INSERT INTO sandbox_events(sandbox_id, from_state, to_state, reason, at) VALUES (?,?,?,?,?)`,
+		id, from, to, reason, at.UnixNano()); err != nil {
+		return fmt.Errorf("insert event: %w", err)
+	}
+	return nil
+}
+
+// Get implements Store.
+func (s *SQLite) Get(ctx context.Context, ref string) (*Sandbox, error) {
+	row := s.db.QueryRowContext(ctx, `SELECT `+sandboxCols+` FROM sandboxes
+		WHERE id = ?1 OR (name = ?1 AND name != '')
+		ORDER BY (id = ?1) DESC, (state != 'terminated') DESC, created_at DESC LIMIT 1`, ref)
+	sb, err := scanSandbox(row)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, errdefs.NotFound("sandbox %q not found", ref)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get sandbox %q: %w", ref, err)
+	}
+	return sb, nil
+}
+
+// List implements Store.
+func (s *SQLite) List(ctx context.Context, f ListFilter) ([]*Sandbox, error) {
+	where := []string{"1=1"}
+	var args []any
+	if f.State != "" {
+		where = append(where, "state = ?")
+		args = append(args, f.State)
+	}
+	if f.Name != "" {
+		where = append(where, "name = ?")
+		args = append(args, f.Name)
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT `+sandboxCols+` FROM sandboxes WHERE `+strings.Join(where, " AND ")+` ORDER BY created_at DESC, id`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list sandboxes: %w", err)
+	}
+	defer rows.Close()
+	var out []*Sandbox
+	for rows.Next() {
+		sb, err := scanSandbox(rows)
+		if err != nil {
+			return nil, err
+		}
+		if matchLabels(sb.Spec.Labels, f.Labels) {
+			out = append(out, sb)
+		}
+	}
+	return out, rows.Err()
+}
+
+func matchLabels(have, want map[string]string) bool {
+	for k, v := range want {
+		if hv, ok := have[k]; !ok || hv != v {
+			return false
+		}
+	}
+	return true
+}
+
+// Update implements Store.
+func (s *SQLite) Update(ctx context.Context, id string, fn func(*Sandbox) error) (*Sandbox, error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback()
+	sb, err := scanSandbox(tx.QueryRowContext(ctx, `SELECT `+sandboxCols+` FROM sandboxes WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, errdefs.NotFound("sandbox %q not found", id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read sandbox %s: %w", id, err)
+	}
+	from := sb.State
+	if err := fn(sb); err != nil {
+		return nil, err
+	}
+	sb.ID = id
+	spec, err := json.Marshal(sb.Spec)
+	if err != nil {
+		return nil, fmt.Errorf("encode spec: %w", err)
+	}
+	_, err = tx.ExecContext(ctx, `UPDATE sandboxes SET name=?, state=?, state_reason=?, image=?, snapshot_id=?, spec=?, runtime=?,
+		last_active_at=?, terminated_at=? WHERE id=?`,
+		sb.Name, sb.State, sb.StateReason, sb.Image, sb.SnapshotID, string(spec), runtimeJSON(sb.Runtime),
+		sb.LastActiveAt.UnixNano(), nullTime(sb.TerminatedAt), id)
+	if isUniqueViolation(err) {
+		return nil, errdefs.Conflict("a sandbox named %q already exists", sb.Name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("update sandbox %s: %w", id, err)
+	}
+	if sb.State != from {
+		if err := insertEvent(ctx, tx, id, from, sb.State, sb.StateReason, time.Now()); err != nil {
+			return nil, err
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("commit: %w", err)
+	}
+	return sb, nil
+}
+
+// Touch implements Store.
+func (s *SQLite) Touch(ctx context.Context, id string, at time.Time) error {
+	if _, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET last_active_at = MAX(last_active_at, ?) WHERE id = ?`, at.UnixNano(), id); err != nil {
+		return fmt.Errorf("touch sandbox %s: %w", id, err)
+	}
+	return nil
+}
+
+// Events implements Store.
+func (s *SQLite) Events(ctx context.Context, id string) ([]Event, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT id, sandbox_id, from_state, to_state, reason, at FROM sandbox_events WHERE sandbox_id = ? ORDER BY id`, id)
+	if err != nil {
+		return nil, fmt.Errorf("list events: %w", err)
+	}
+	defer rows.Close()
+	var out []Event
+	for rows.Next() {
+		var e Event
+		var at int64
+		if err := rows.Scan(&e.ID, &e.SandboxID, &e.From, &e.To, &e.Reason, &at); err != nil {
+			return nil, err
+		}
+		e.At = time.Unix(0, at).UTC()
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,82 @@
+// Package store keeps forkbox's metadata: sandboxes, their state and the
+// history of their state changes. Store is the interface the rest of the
+// daemon uses; SQLite (sqlite.go) is the embedded implementation, and a later
+// PostgreSQL one runs the same conformance suite (storetest).
+//
+// Every change is a transaction: Update reads a row, lets the caller mutate
+// it, and writes it back together with an event row when the state changed,
+// so a crash never leaves a state without its history or half a change.
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// Sandbox is one sandbox's durable record.
+type Sandbox struct {
+	ID          string
+	Name        string // "" for ephemeral sandboxes
+	State       string // one of api.State*
+	StateReason string
+	Image       string
+	SnapshotID  string
+	Spec        Spec
+	// Runtime is the runtime's own record of where the sandbox lives on the
+	// host (init PID, paths, network link). The store does not interpret it.
+	Runtime      json.RawMessage
+	CreatedAt    time.Time
+	LastActiveAt time.Time
+	TerminatedAt *time.Time
+}
+
+// Spec is what the user asked for, with defaults filled in.
+type Spec struct {
+	CPUs                float64           `json:"cpus"`
+	MemoryMB            int64             `json:"memory_mb"`
+	DiskMB              int64             `json:"disk_mb"`
+	PIDsLimit           int64             `json:"pids_limit"`
+	TimeoutSecs         int64             `json:"timeout_secs"`
+	MaxLifetimeSecs     int64             `json:"max_lifetime_secs,omitempty"`
+	AllowInternetAccess bool              `json:"allow_internet_access"`
+	Env                 map[string]string `json:"env,omitempty"`
+	Labels              map[string]string `json:"labels,omitempty"`
+}
+
+// Event records one state change.
+type Event struct {
+	ID        int64
+	SandboxID string
+	From, To  string
+	Reason    string
+	At        time.Time
+}
+
+// ListFilter narrows List. Empty fields match everything.
+type ListFilter struct {
+	State  string
+	Name   string
+	Labels map[string]string
+}
+
+// Store is the metadata store. Implementations are safe for concurrent use.
+type Store interface {
+	// Create inserts a new sandbox and its first event. A name already used by
+	// a sandbox that is not terminated is an errdefs.ErrConflict.
+	Create(ctx context.Context, sb *Sandbox) error
+	// Get finds a sandbox by id, or else by name (the live one first, then the
+	// most recently created). Missing: errdefs.ErrNotFound.
+	Get(ctx context.Context, ref string) (*Sandbox, error)
+	// List returns sandboxes, newest first.
+	List(ctx context.Context, f ListFilter) ([]*Sandbox, error)
+	// Update runs fn on the current row inside a transaction and stores the
+	// result; when fn changed State an event with fn's StateReason is
+	// recorded. An error from fn aborts the change and is returned as is.
+	Update(ctx context.Context, id string, fn func(*Sandbox) error) (*Sandbox, error)
+	// Touch sets last_active_at without an event (hot path, no read).
+	Touch(ctx context.Context, id string, at time.Time) error
+	// Events lists a sandbox's state changes, oldest first.
+	Events(ctx context.Context, id string) ([]Event, error)
+	Close() error
+}

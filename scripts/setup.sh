@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# setup.sh installs the Debian packages that forkbox needs on its host:
+# the Python stack the host-derived "python" image is made of, and the tools
+# the runtime and benchmarks use. It is idempotent and fast when everything is
+# already installed: it asks dpkg first and only runs apt when something is
+# missing. Run it as root on Debian 12 or newer (make setup does).
+set -euo pipefail
+
+export DEBIAN_FRONTEND=noninteractive
+
+PACKAGES=(
+	# The host-derived "python" image: the host's /usr is bind-mounted into
+	# sandboxes, so these are what sandbox code can import.
+	python3
+	python3-ipykernel
+	python3-pandas
+	python3-numpy
+	python3-matplotlib
+	python3-scipy
+	python3-seaborn
+	python3-sklearn
+	fonts-dejavu-core
+	ca-certificates
+	# Runtime: filesystems, networking, process and mount tools.
+	e2fsprogs
+	nftables
+	iproute2
+	procps
+	util-linux
+	# Benchmark baseline.
+	runc
+	# Building and testing: make, and a C toolchain for `go test -race`
+	# (the race detector needs cgo). Go itself is not a Debian 12 package
+	# at the version we need; it is expected in /usr/local/go.
+	make
+	gcc
+	libc6-dev
+)
+
+log() { printf 'setup: %s\n' "$*"; }
+
+if [[ $(id -u) -ne 0 ]]; then
+	log "must run as root (try: sudo $0)" >&2
+	exit 1
+fi
+if ! command -v dpkg-query >/dev/null || ! command -v apt-get >/dev/null; then
+	log "this script needs a Debian-based host (dpkg-query and apt-get)" >&2
+	exit 1
+fi
+
+# One dpkg-query for all packages (a call per package is several times slower).
+declare -A installed=()
+while read -r name status; do
+	if [[ $status == installed ]]; then installed[${name%%:*}]=1; fi
+done < <(dpkg-query -W -f='${Package} ${db:Status-Status}\n' "${PACKAGES[@]}" 2>/dev/null || true)
+missing=()
+for p in "${PACKAGES[@]}"; do
+	if [[ -z ${installed[$p]:-} ]]; then missing+=("$p"); fi
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+	log "all ${#PACKAGES[@]} packages already installed; nothing to do"
+	exit 0
+fi
+
+log "missing packages: ${missing[*]}"
+log "running apt-get update"
+# A third-party source that is unreachable only warns; the Debian archive is
+# what matters, and the install below fails loudly if it is out of reach.
+apt-get update -q || log "apt-get update reported errors; trying the install anyway"
+log "running apt-get install -y --no-install-recommends ${missing[*]}"
+apt-get install -y -q --no-install-recommends "${missing[@]}"
+log "installed: ${missing[*]}"
+
+# Check what the python image promises, so a broken install shows here rather
+# than at the first sandbox start. (Importing the stack takes a few seconds,
+# which is why it runs only after an install.)
+imports='import ipykernel, pandas, numpy, matplotlib, scipy, seaborn, sklearn'
+if ! /usr/bin/python3 -c "$imports"; then
+	log "/usr/bin/python3 cannot import the data-science stack after the install" >&2
+	exit 1
+fi
+log "ok: /usr/bin/python3 can run: $imports"
