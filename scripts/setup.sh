@@ -49,10 +49,11 @@ if ! command -v dpkg-query >/dev/null || ! command -v apt-get >/dev/null; then
 fi
 
 # One dpkg-query for all packages (a call per package is several times slower).
+status=$(dpkg-query -W -f='${Package} ${db:Status-Status}\n' "${PACKAGES[@]}" 2>/dev/null || true)
 declare -A installed=()
-while read -r name status; do
-	if [[ $status == installed ]]; then installed[${name%%:*}]=1; fi
-done < <(dpkg-query -W -f='${Package} ${db:Status-Status}\n' "${PACKAGES[@]}" 2>/dev/null || true)
+while read -r name state; do
+	if [[ $state == installed ]]; then installed[${name%%:*}]=1; fi
+done <<<"$status"
 missing=()
 for p in "${PACKAGES[@]}"; do
 	if [[ -z ${installed[$p]:-} ]]; then missing+=("$p"); fi

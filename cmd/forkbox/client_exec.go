@@ -119,11 +119,11 @@ func remoteStatus(res *api.ExecResult) error {
 	default:
 		return nil
 	}
-	if res.Error != "" && !strings.Contains(msg, res.Error) {
-		msg += ": " + res.Error
-	}
-	if res.DurationMS > 0 && res.TimedOut {
-		msg += fmt.Sprintf(" (after %s)", (time.Duration(res.DurationMS) * time.Millisecond).Round(time.Millisecond))
+	switch {
+	case res.Error != "":
+		msg = res.Error // the daemon's own words, e.g. "command timed out after 1s and was killed"
+	case res.TimedOut && res.DurationMS > 0:
+		msg += fmt.Sprintf(" after %s", (time.Duration(res.DurationMS) * time.Millisecond).Round(time.Millisecond))
 	}
 	return &exitError{code: code, msg: msg}
 }

@@ -36,6 +36,12 @@ func Main() error {
 }
 
 func run(status *os.File) error {
+	trace := func(step string) {
+		if status != nil {
+			fmt.Fprintf(status, "trace: %s %d\n", step, time.Now().UnixMicro())
+		}
+	}
+	trace("agent-start")
 	// Standard streams point at the host's /dev/null until now; reopen them
 	// inside the sandbox so that nothing refers outside its mounts.
 	null, err := os.OpenFile("/dev/null", os.O_RDWR, 0)
@@ -67,6 +73,7 @@ func run(status *os.File) error {
 	if err := harden.Apply(); err != nil {
 		return fmt.Errorf("harden: %w", err)
 	}
+	trace("agent-hardened")
 	s := &server{cfg: cfg, log: log, reaper: newReaper()}
 	if s.rootFD, err = unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 	goruntime "runtime"
 
 	"github.com/forkbox/forkbox/internal/agent"
@@ -41,18 +42,22 @@ func InitMain() {
 		fmt.Fprintf(status, "error: %v\n", err)
 		os.Exit(1)
 	}
+	trace := func(step string) { fmt.Fprintf(status, "trace: %s %d\n", step, time.Now().UnixMicro()) }
+	trace("init-start")
 	cfgFile := os.NewFile(3, "config")
 	var cfg initConfig
 	if err := json.NewDecoder(cfgFile).Decode(&cfg); err != nil {
 		fail(fmt.Errorf("read init config: %w", err))
 	}
 	cfgFile.Close()
+	trace("init-config")
 	// Namespace changes below are per thread until exec: keep this goroutine
 	// on this thread for good.
 	goruntime.LockOSThread()
 	if err := setupRoot(&cfg); err != nil {
 		fail(err)
 	}
+	trace("init-root")
 	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
 		fail(fmt.Errorf("unshare cgroup namespace: %w", err))
 	}

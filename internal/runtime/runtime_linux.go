@@ -103,6 +103,10 @@ func (c cleanup) run() error {
 func (r *Runtime) Create(ctx context.Context, spec Spec) (info *Info, err error) {
 	dir := r.Dir(spec.ID)
 	info = &Info{Dir: dir, CgroupDir: r.cfg.CgroupParent}
+	t0 := time.Now()
+	var steps []any
+	step := func(name string) { steps = append(steps, name, time.Since(t0).Microseconds()) }
+	defer func() { r.log.Debug("sandbox create steps (µs since start)", append([]any{"sandbox", spec.ID}, steps...)...) }()
 	var undo cleanup
 	defer func() {
 		if err != nil {
@@ -126,6 +130,7 @@ func (r *Runtime) Create(ctx context.Context, spec Spec) (info *Info, err error)
 	if err := mountDisk(r.disks, dir, spec.DiskMB); err != nil {
 		return nil, fmt.Errorf("writable layer: %w", err)
 	}
+	step("disk")
 	rootfs := filepath.Join(dir, "rootfs")
 	if err := os.Mkdir(rootfs, 0o755); err != nil {
 		return nil, err
@@ -155,6 +160,7 @@ func (r *Runtime) Create(ctx context.Context, spec Spec) (info *Info, err error)
 		}
 	}
 
+	step("overlay")
 	cg := newCgroups(r.cfg.CgroupParent, spec.ID)
 	undo.add(cg.remove)
 	undo.add(func() error { return cg.kill(5 * time.Second) })
@@ -162,6 +168,7 @@ func (r *Runtime) Create(ctx context.Context, spec Spec) (info *Info, err error)
 		return nil, fmt.Errorf("cgroup: %w", err)
 	}
 
+	step("cgroup")
 	// The first process: new namespaces, waiting for its config on fd 3.
 	cfgR, cfgW, err := os.Pipe()
 	if err != nil {
@@ -187,6 +194,7 @@ func (r *Runtime) Create(ctx context.Context, spec Spec) (info *Info, err error)
 	if err != nil {
 		return nil, fmt.Errorf("start sandbox init: %w", err)
 	}
+	step("start")
 	pid := cmd.Process.Pid
 	undo.add(func() error { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait(); return nil })
 	info.PID = pid
@@ -210,6 +218,7 @@ func (r *Runtime) Create(ctx context.Context, spec Spec) (info *Info, err error)
 		}
 		info.Link = link
 	}
+	step("network")
 	binds := []initBind{}
 	for _, b := range spec.Image.Binds {
 		binds = append(binds, initBind{Source: b.Source, Target: b.Target, ReadOnly: b.ReadOnly})
@@ -220,9 +229,12 @@ func (r *Runtime) Create(ctx context.Context, spec Spec) (info *Info, err error)
 	}
 	cfgW.Close()
 
-	if err := waitReady(ctx, statR); err != nil {
+	if err := waitReady(ctx, statR, func(step string, at int64) {
+		steps = append(steps, step, at-t0.UnixMicro())
+	}); err != nil {
 		return nil, err
 	}
+	step("ready")
 	go r.reap(spec.ID, func() string {
 		err := cmd.Wait()
 		return exitReason(err)
@@ -232,15 +244,26 @@ func (r *Runtime) Create(ctx context.Context, spec Spec) (info *Info, err error)
 
 // waitReady reads the status pipe: the agent writes "ok" once it serves, and
 // init writes "error: …" if building the root failed.
-func waitReady(ctx context.Context, statR *os.File) error {
+func waitReady(ctx context.Context, statR *os.File, trace func(string, int64)) error {
 	type res struct {
 		line string
 		err  error
 	}
 	ch := make(chan res, 1)
 	go func() {
-		line, err := bufio.NewReader(statR).ReadString('\n')
-		ch <- res{strings.TrimSpace(line), err}
+		br := bufio.NewReader(statR)
+		for {
+			line, err := br.ReadString('\n')
+			line = strings.TrimSpace(line)
+			if t, ok := strings.CutPrefix(line, "trace: "); ok && err == nil {
+				name, at, _ := strings.Cut(t, " ")
+				v, _ := strconv.ParseInt(at, 10, 64)
+				trace(name, v)
+				continue
+			}
+			ch <- res{line, err}
+			return
+		}
 	}()
 	timer := time.NewTimer(startTimeout)
 	defer timer.Stop()

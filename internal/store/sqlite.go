@@ -62,7 +62,7 @@ func OpenSQLite(ctx context.Context, path string) (*SQLite, error) {
 		q.Add("_pragma", p)
 	}
 	q.Set("_txlock", "immediate")
-	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	db, err := sql.Open("sqlite", sqliteURI(path)+"?"+q.Encode())
 	if err != nil {
 		return nil, fmt.Errorf("open metadata db %s: %w", path, err)
 	}
@@ -74,6 +74,18 @@ func OpenSQLite(ctx context.Context, path string) (*SQLite, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// sqliteURI turns a file path into the SQLite URI filename that names it. In
+// a URI '?' starts the query, '#' the fragment and '%' an escape, so a data
+// directory containing any of them would otherwise open a different file
+// without the pragmas; and "file://x" would make x an authority.
+func sqliteURI(path string) string {
+	esc := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(path)
+	if strings.HasPrefix(path, "/") {
+		return "file://" + esc
+	}
+	return "file:" + esc
 }
 
 // SchemaVersion returns the version the database is at.
@@ -96,9 +108,21 @@ func (s *SQLite) migrate(ctx context.Context) error {
 		return fmt.Errorf("metadata db is at schema %d, newer than this forkbox (%d): refusing to run", cur, len(migrations))
 	}
 	for v := cur + 1; v <= len(migrations); v++ {
+		// BEGIN IMMEDIATE (_txlock) makes migrators take turns; another
+		// process opening the same database may have applied v since cur
+		// was read.
 		tx, err := s.db.BeginTx(ctx, nil)
 		if err != nil {
 			return err
+		}
+		var applied bool
+		if err := tx.QueryRowContext(ctx, `SELECT EXISTS(SELECT 1 FROM schema_migrations WHERE version = ?)`, v).Scan(&applied); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("migration %d: %w", v, err)
+		}
+		if applied {
+			tx.Rollback()
+			continue
 		}
 		if _, err := tx.ExecContext(ctx, migrations[v-1]); err != nil {
 			tx.Rollback()
@@ -271,11 +295,13 @@ func (s *SQLite) Update(ctx context.Context, id string, fn func(*Sandbox) error)
 	if err != nil {
 		return nil, fmt.Errorf("read sandbox %s: %w", id, err)
 	}
-	from := sb.State
+	from, created := sb.State, sb.CreatedAt
 	if err := fn(sb); err != nil {
 		return nil, err
 	}
-	sb.ID = id
+	// ID and CreatedAt are not written back: keep the returned record equal
+	// to the stored one.
+	sb.ID, sb.CreatedAt = id, created
 	spec, err := json.Marshal(sb.Spec)
 	if err != nil {
 		return nil, fmt.Errorf("encode spec: %w", err)

@@ -1,0 +1,522 @@
+package store_test
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/forkbox/forkbox/api"
+	"github.com/forkbox/forkbox/internal/store"
+	"github.com/forkbox/forkbox/internal/store/storetest"
+)
+
+func TestSQLiteConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store {
+		return openSQLite(t, filepath.Join(t.TempDir(), "forkbox.db"))
+	})
+}
+
+// openSQLite opens path; the caller closes it.
+func openSQLite(t *testing.T, path string) *store.SQLite {
+	t.Helper()
+	s, err := store.OpenSQLite(context.Background(), path)
+	if err != nil {
+		t.Fatalf("OpenSQLite(%s): %v", path, err)
+	}
+	return s
+}
+
+// openClosing opens path and closes it when the test ends.
+func openClosing(t *testing.T, path string) *store.SQLite {
+	t.Helper()
+	s := openSQLite(t, path)
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func testSandbox(i int) *store.Sandbox {
+	created := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(i)*time.Second + time.Duration(i)*7)
+	return &store.Sandbox{
+		ID:          fmt.Sprintf("sb-%03d", i),
+		Name:        fmt.Sprintf("name-%03d", i),
+		State:       api.StateCreating,
+		StateReason: "requested",
+		Image:       "python:3.12",
+		Spec: store.Spec{
+			CPUs: 1, MemoryMB: 256, DiskMB: 512, PIDsLimit: 64, TimeoutSecs: 60,
+			Labels: map[string]string{"i": strconv.Itoa(i)},
+		},
+		Runtime:      json.RawMessage(fmt.Sprintf(`{"pid":%d}`, 1000+i)),
+		CreatedAt:    created,
+		LastActiveAt: created,
+	}
+}
+
+type snapshot struct {
+	sandboxes []*store.Sandbox
+	events    map[string][]store.Event
+}
+
+func takeSnapshot(t *testing.T, s store.Store) snapshot {
+	t.Helper()
+	ctx := context.Background()
+	all, err := s.List(ctx, store.ListFilter{})
+	if err != nil {
+		t.Fatalf("List: %v", err)
+	}
+	snap := snapshot{sandboxes: all, events: map[string][]store.Event{}}
+	for _, sb := range all {
+		ev, err := s.Events(ctx, sb.ID)
+		if err != nil {
+			t.Fatalf("Events(%s): %v", sb.ID, err)
+		}
+		snap.events[sb.ID] = ev
+	}
+	return snap
+}
+
+func compareSnapshots(t *testing.T, want, got snapshot) {
+	t.Helper()
+	if len(want.sandboxes) != len(got.sandboxes) {
+		t.Fatalf("%d sandboxes, want %d", len(got.sandboxes), len(want.sandboxes))
+	}
+	for i := range want.sandboxes {
+		if d := storetest.Diff(want.sandboxes[i], got.sandboxes[i]); d != "" {
+			t.Errorf("sandbox %d (%s) differs:%s", i, want.sandboxes[i].ID, d)
+		}
+	}
+	for id, wev := range want.events {
+		gev := got.events[id]
+		if len(wev) != len(gev) {
+			t.Errorf("%s: %d events, want %d", id, len(gev), len(wev))
+			continue
+		}
+		for i := range wev {
+			if wev[i] != gev[i] {
+				t.Errorf("%s: event %d = %+v, want %+v", id, i, gev[i], wev[i])
+			}
+		}
+	}
+}
+
+func TestSQLiteReopenKeepsEverything(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "forkbox.db")
+	s := openSQLite(t, path)
+	for i := range 10 {
+		if err := s.Create(ctx, testSandbox(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 10 {
+		id := testSandbox(i).ID
+		if _, err := s.Update(ctx, id, func(sb *store.Sandbox) error {
+			sb.State = api.StateRunning
+			sb.StateReason = "started"
+			sb.Runtime = json.RawMessage(`{"pid":` + strconv.Itoa(2000+i) + `,"net":{"ip":"10.0.0.` + strconv.Itoa(i) + `"}}`)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 0 {
+			term := time.Date(2025, 2, 1, 0, 0, 0, i, time.UTC)
+			if _, err := s.Update(ctx, id, func(sb *store.Sandbox) error {
+				sb.State, sb.StateReason, sb.TerminatedAt = api.StateTerminated, "deleted", &term
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.Touch(ctx, id, time.Date(2025, 3, 1, 0, 0, 0, i, time.UTC)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := takeSnapshot(t, s)
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+
+	for round := range 2 {
+		s = openSQLite(t, path)
+		compareSnapshots(t, before, takeSnapshot(t, s))
+		// The live-name index survived as well.
+		err := s.Create(ctx, &store.Sandbox{ID: fmt.Sprintf("dup-%d", round), Name: "name-001", State: api.StateRunning,
+			CreatedAt: time.Now(), LastActiveAt: time.Now()})
+		if !isConflict(err) {
+			t.Errorf("after reopen, Create with live name: err = %v, want conflict", err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	}
+}
+
+func isConflict(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "already exists")
+}
+
+func schemaRows(t *testing.T, db *sql.DB) map[int]int64 {
+	t.Helper()
+	rows, err := db.Query(`SELECT version, applied_at FROM schema_migrations ORDER BY version`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[int]int64{}
+	for rows.Next() {
+		var v int
+		var at int64
+		if err := rows.Scan(&v, &at); err != nil {
+			t.Fatal(err)
+		}
+		out[v] = at
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestSQLiteSchemaVersion(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "forkbox.db")
+	s := openSQLite(t, path)
+	v, err := s.SchemaVersion(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v != store.NumMigrations || v < 1 {
+		t.Fatalf("SchemaVersion = %d, want %d", v, store.NumMigrations)
+	}
+	first := schemaRows(t, store.RawDB(s))
+	if len(first) != store.NumMigrations {
+		t.Fatalf("schema_migrations rows = %v, want one per migration (%d)", first, store.NumMigrations)
+	}
+	for i := 1; i <= store.NumMigrations; i++ {
+		if _, ok := first[i]; !ok {
+			t.Errorf("schema_migrations lacks version %d: %v", i, first)
+		}
+	}
+	if err := s.Create(ctx, testSandbox(1)); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+
+	// Reopening applies nothing again: the rows and their applied_at stay
+	// as they were (a re-applied CREATE TABLE would also fail outright).
+	for range 2 {
+		s = openSQLite(t, path)
+		v, err := s.SchemaVersion(ctx)
+		if err != nil || v != store.NumMigrations {
+			t.Fatalf("after reopen SchemaVersion = %d, %v; want %d", v, err, store.NumMigrations)
+		}
+		again := schemaRows(t, store.RawDB(s))
+		if fmt.Sprint(again) != fmt.Sprint(first) {
+			t.Errorf("schema_migrations after reopen = %v, want unchanged %v", again, first)
+		}
+		if _, err := s.Get(ctx, testSandbox(1).ID); err != nil {
+			t.Errorf("Get after reopen: %v", err)
+		}
+		s.Close()
+	}
+}
+
+func TestSQLiteRefusesNewerSchema(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "forkbox.db")
+	s := openSQLite(t, path)
+	if err := s.Create(context.Background(), testSandbox(1)); err != nil {
+		t.Fatal(err)
+	}
+	future := store.NumMigrations + 1
+	if _, err := store.RawDB(s).Exec(`INSERT INTO schema_migrations(version, applied_at) VALUES (?, ?)`, future, time.Now().UnixNano()); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+
+	s2, err := store.OpenSQLite(context.Background(), path)
+	if err == nil {
+		s2.Close()
+		t.Fatalf("OpenSQLite of a schema %d database succeeded; want refusal", future)
+	}
+	msg := err.Error()
+	for _, want := range []string{"newer", "refusing", strconv.Itoa(future), strconv.Itoa(store.NumMigrations)} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error %q does not mention %q", msg, want)
+		}
+	}
+
+	// The refused database was left alone.
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	rows := schemaRows(t, db)
+	if len(rows) != future {
+		t.Errorf("schema_migrations after refusal = %v, want %d rows", rows, future)
+	}
+	var n int
+	if err := db.QueryRow(`SELECT COUNT(*) FROM sandboxes`).Scan(&n); err != nil || n != 1 {
+		t.Errorf("sandboxes after refusal: %d, %v; want 1", n, err)
+	}
+}
+
+// checkPragmas verifies the durability settings on several pooled
+// connections at once (each connection applies its own pragmas).
+func checkPragmas(t *testing.T, s *store.SQLite) {
+	t.Helper()
+	ctx := context.Background()
+	db := store.RawDB(s)
+	var conns []*sql.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range 4 {
+		c, err := db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	for i, c := range conns {
+		for _, p := range []struct{ pragma, want string }{
+			{"journal_mode", "wal"},
+			{"synchronous", "2"}, // FULL
+			{"foreign_keys", "1"},
+			{"busy_timeout", "10000"},
+		} {
+			var got string
+			if err := c.QueryRowContext(ctx, "PRAGMA "+p.pragma).Scan(&got); err != nil {
+				t.Fatalf("conn %d: PRAGMA %s: %v", i, p.pragma, err)
+			}
+			if strings.ToLower(got) != p.want {
+				t.Errorf("conn %d: PRAGMA %s = %s, want %s", i, p.pragma, got, p.want)
+			}
+		}
+	}
+}
+
+func TestSQLitePragmas(t *testing.T) {
+	s := openClosing(t, filepath.Join(t.TempDir(), "forkbox.db"))
+	checkPragmas(t, s)
+}
+
+// A data directory may contain characters that mean something in a URI:
+// the database must be created at exactly the given path, with its pragmas.
+func TestSQLiteURIUnsafePath(t *testing.T) {
+	for _, dir := range []string{"has#hash", "has?query=1", "percent%41%zz", "with space", "mixed #?%&=;"} {
+		t.Run("", func(t *testing.T) {
+			parent := t.TempDir()
+			path := filepath.Join(parent, dir, "forkbox.db")
+			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			s := openSQLite(t, path)
+			if err := s.Create(context.Background(), testSandbox(1)); err != nil {
+				t.Fatal(err)
+			}
+			checkPragmas(t, s)
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if fi, err := os.Stat(path); err != nil || fi.Size() == 0 {
+				t.Fatalf("database not at %q: %v", path, err)
+			}
+			// Nothing was created anywhere else.
+			var stray []string
+			filepath.Walk(parent, func(p string, fi os.FileInfo, err error) error {
+				if err == nil && !fi.IsDir() && filepath.Dir(p) != filepath.Dir(path) {
+					stray = append(stray, p)
+				}
+				return nil
+			})
+			if len(stray) > 0 {
+				t.Errorf("stray files: %q", stray)
+			}
+			s = openSQLite(t, path)
+			defer s.Close()
+			if _, err := s.Get(context.Background(), testSandbox(1).ID); err != nil {
+				t.Errorf("Get after reopen: %v", err)
+			}
+		})
+	}
+}
+
+// Several processes (the daemon and an admin command, say) may open a fresh
+// database at the same moment: each must end up at the latest schema rather
+// than fail re-applying a migration another one just applied.
+func TestSQLiteConcurrentOpen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "forkbox.db")
+	const n = 8
+	var wg sync.WaitGroup
+	stores := make([]*store.SQLite, n)
+	errs := make([]error, n)
+	start := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			stores[i], errs[i] = store.OpenSQLite(context.Background(), path)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil {
+			t.Errorf("open %d: %v", i, errs[i])
+			continue
+		}
+		if v, err := stores[i].SchemaVersion(context.Background()); err != nil || v != store.NumMigrations {
+			t.Errorf("open %d: SchemaVersion = %d, %v", i, v, err)
+		}
+		stores[i].Close()
+	}
+	s := openClosing(t, path)
+	if rows := schemaRows(t, store.RawDB(s)); len(rows) != store.NumMigrations {
+		t.Errorf("schema_migrations = %v", rows)
+	}
+}
+
+const (
+	killEnvDB = "FORKBOX_STORE_TEST_KILL_DB"
+	killEnvN  = "FORKBOX_STORE_TEST_KILL_N"
+)
+
+// TestHelperKill is the child of TestSQLiteSurvivesSIGKILL: it writes, says
+// "done" and waits to be killed without ever closing the database.
+func TestHelperKill(t *testing.T) {
+	path := os.Getenv(killEnvDB)
+	if path == "" {
+		t.Skip("helper process for TestSQLiteSurvivesSIGKILL")
+	}
+	n, err := strconv.Atoi(os.Getenv(killEnvN))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bad", killEnvN, err)
+		os.Exit(2)
+	}
+	ctx := context.Background()
+	s, err := store.OpenSQLite(ctx, path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "open:", err)
+		os.Exit(2)
+	}
+	for i := range n {
+		sb := testSandbox(i)
+		if err := s.Create(ctx, sb); err != nil {
+			fmt.Fprintln(os.Stderr, "create:", err)
+			os.Exit(2)
+		}
+		if _, err := s.Update(ctx, sb.ID, func(sb *store.Sandbox) error {
+			sb.State, sb.StateReason = api.StateRunning, "started"
+			return nil
+		}); err != nil {
+			fmt.Fprintln(os.Stderr, "update:", err)
+			os.Exit(2)
+		}
+	}
+	fmt.Println("done")
+	// Block until killed. Should the parent die instead, its end of stdin
+	// closes and the child goes away too, still without closing the db.
+	io.Copy(io.Discard, os.Stdin)
+	os.Exit(3)
+}
+
+func TestSQLiteSurvivesSIGKILL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("re-executes the test binary")
+	}
+	const n = 40
+	path := filepath.Join(t.TempDir(), "forkbox.db")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperKill$", "-test.count=1")
+	cmd.Env = append(os.Environ(), killEnvDB+"="+path, killEnvN+"="+strconv.Itoa(n))
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+
+	done := make(chan error, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if sc.Text() == "done" {
+				done <- nil
+				return
+			}
+		}
+		done <- fmt.Errorf("child's stdout ended before \"done\" (%v)", sc.Err())
+	}()
+	select {
+	case err = <-done:
+	case <-time.After(2 * time.Minute):
+		err = errors.New("timed out waiting for \"done\"")
+	}
+	if err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("%v; child stderr:\n%s", err, stderr.String())
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	werr := cmd.Wait()
+	ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("child did not die of SIGKILL: %v; stderr:\n%s", werr, stderr.String())
+	}
+	// The WAL was never checkpointed by a clean close.
+	if fi, err := os.Stat(path + "-wal"); err != nil || fi.Size() == 0 {
+		t.Logf("note: no WAL left behind (%v)", err)
+	}
+
+	ctx := context.Background()
+	s := openClosing(t, path)
+	all, err := s.List(ctx, store.ListFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != n {
+		t.Fatalf("%d sandboxes after SIGKILL, want %d", len(all), n)
+	}
+	for i := range n {
+		want := testSandbox(i)
+		want.State, want.StateReason = api.StateRunning, "started"
+		got, err := s.Get(ctx, want.ID)
+		if err != nil {
+			t.Errorf("Get(%s): %v", want.ID, err)
+			continue
+		}
+		if d := storetest.Diff(want, got); d != "" {
+			t.Errorf("%s differs:%s", want.ID, d)
+		}
+		ev, err := s.Events(ctx, want.ID)
+		if err != nil || len(ev) != 2 || ev[1].To != api.StateRunning {
+			t.Errorf("Events(%s) = %+v, %v; want creating, running", want.ID, ev, err)
+		}
+	}
+}

@@ -1,0 +1,902 @@
+// Package storetest is the conformance suite for store.Store, in the spirit of
+// containerd's snapshots/testsuite: every backend (SQLite today, PostgreSQL
+// later) calls Run from its own tests, so all of them are held to the same
+// contract, the one documented on store.Store.
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Run(t, func(t *testing.T) store.Store { return openFresh(t) })
+//	}
+package storetest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/forkbox/forkbox/api"
+	"github.com/forkbox/forkbox/internal/errdefs"
+	"github.com/forkbox/forkbox/internal/store"
+)
+
+// Run runs the whole suite. newStore must return a fresh, empty store each
+// time it is called; it is called once per subtest, and Run closes the store
+// when the subtest ends (register any further cleanup with t.Cleanup in
+// newStore: it runs after the close).
+func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, s store.Store)
+	}{
+		{"CreateGet", testCreateGet},
+		{"CreateDefaults", testCreateDefaults},
+		{"CreateDuplicateLiveName", testCreateDuplicateLiveName},
+		{"CreateDuplicateID", testCreateDuplicateID},
+		{"EphemeralSandboxesShareEmptyName", testEphemeralShareEmptyName},
+		{"NameReuseAfterTerminate", testNameReuseAfterTerminate},
+		{"GetPrefersLiveThenNewest", testGetPrefersLiveThenNewest},
+		{"GetIDBeforeName", testGetIDBeforeName},
+		{"GetNotFound", testGetNotFound},
+		{"List", testList},
+		{"UpdateAllFields", testUpdateAllFields},
+		{"UpdateClearsTerminatedAt", testUpdateClearsTerminatedAt},
+		{"UpdateResultMatchesStored", testUpdateResultMatchesStored},
+		{"UpdateStateRecordsEvent", testUpdateStateRecordsEvent},
+		{"UpdateWithoutStateChangeNoEvent", testUpdateNoStateChangeNoEvent},
+		{"UpdateFnErrorAborts", testUpdateFnErrorAborts},
+		{"UpdateNotFound", testUpdateNotFound},
+		{"UpdateRenameConflict", testUpdateRenameConflict},
+		{"UpdateReviveConflict", testUpdateReviveConflict},
+		{"Touch", testTouch},
+		{"EventsOrder", testEventsOrder},
+		{"ConcurrentUpdates", testConcurrentUpdates},
+		{"TimePrecisionUTC", testTimePrecisionUTC},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newStore(t)
+			t.Cleanup(func() {
+				if err := s.Close(); err != nil {
+					t.Errorf("Close: %v", err)
+				}
+			})
+			tc.fn(t, s)
+		})
+	}
+}
+
+// base is a fixed, whole-second-free instant so that every test exercises
+// nanosecond round-tripping without asking for it.
+var base = time.Date(2025, 6, 7, 8, 9, 10, 123456789, time.UTC)
+
+// at returns base plus n seconds (and n nanoseconds, so that no two instants
+// used by a test share their sub-second part).
+func at(n int) time.Time { return base.Add(time.Duration(n)*time.Second + time.Duration(n)) }
+
+func newSandbox(id, name, state string, created time.Time) *store.Sandbox {
+	return &store.Sandbox{
+		ID:          id,
+		Name:        name,
+		State:       state,
+		StateReason: "created by test",
+		Image:       "python:3.12",
+		SnapshotID:  "",
+		Spec: store.Spec{
+			CPUs:        1.5,
+			MemoryMB:    512,
+			DiskMB:      1024,
+			PIDsLimit:   256,
+			TimeoutSecs: 300,
+			Env:         map[string]string{"A": "1"},
+			Labels:      map[string]string{"team": "core"},
+		},
+		Runtime:      json.RawMessage(`{"pid":42,"dir":"/run/forkbox/` + id + `"}`),
+		CreatedAt:    created,
+		LastActiveAt: created,
+	}
+}
+
+func mustCreate(t *testing.T, s store.Store, sb *store.Sandbox) {
+	t.Helper()
+	if err := s.Create(context.Background(), sb); err != nil {
+		t.Fatalf("Create(%s, name %q): %v", sb.ID, sb.Name, err)
+	}
+}
+
+func mustGet(t *testing.T, s store.Store, ref string) *store.Sandbox {
+	t.Helper()
+	sb, err := s.Get(context.Background(), ref)
+	if err != nil {
+		t.Fatalf("Get(%q): %v", ref, err)
+	}
+	return sb
+}
+
+func mustUpdate(t *testing.T, s store.Store, id string, fn func(*store.Sandbox) error) *store.Sandbox {
+	t.Helper()
+	sb, err := s.Update(context.Background(), id, fn)
+	if err != nil {
+		t.Fatalf("Update(%s): %v", id, err)
+	}
+	return sb
+}
+
+func mustEvents(t *testing.T, s store.Store, id string) []store.Event {
+	t.Helper()
+	ev, err := s.Events(context.Background(), id)
+	if err != nil {
+		t.Fatalf("Events(%s): %v", id, err)
+	}
+	return ev
+}
+
+func terminate(reason string, when time.Time) func(*store.Sandbox) error {
+	return func(sb *store.Sandbox) error {
+		sb.State = api.StateTerminated
+		sb.StateReason = reason
+		sb.TerminatedAt = &when
+		return nil
+	}
+}
+
+// Diff describes how got differs from want, or returns "" when they are the
+// same record. Times compare as instants; Runtime compares as JSON values (a
+// backend may re-format it, e.g. PostgreSQL jsonb); nil and empty maps in Spec
+// are the same.
+func Diff(want, got *store.Sandbox) string {
+	if want == nil || got == nil {
+		if want == got {
+			return ""
+		}
+		return fmt.Sprintf("want %v, got %v", want, got)
+	}
+	var d []string
+	add := func(field string, w, g any) { d = append(d, fmt.Sprintf("%s: want %v, got %v", field, w, g)) }
+	if want.ID != got.ID {
+		add("ID", want.ID, got.ID)
+	}
+	if want.Name != got.Name {
+		add("Name", want.Name, got.Name)
+	}
+	if want.State != got.State {
+		add("State", want.State, got.State)
+	}
+	if want.StateReason != got.StateReason {
+		add("StateReason", want.StateReason, got.StateReason)
+	}
+	if want.Image != got.Image {
+		add("Image", want.Image, got.Image)
+	}
+	if want.SnapshotID != got.SnapshotID {
+		add("SnapshotID", want.SnapshotID, got.SnapshotID)
+	}
+	if !specEqual(want.Spec, got.Spec) {
+		add("Spec", fmt.Sprintf("%+v", want.Spec), fmt.Sprintf("%+v", got.Spec))
+	}
+	if !jsonEqual(want.Runtime, got.Runtime) {
+		add("Runtime", string(want.Runtime), string(got.Runtime))
+	}
+	if !want.CreatedAt.Equal(got.CreatedAt) {
+		add("CreatedAt", want.CreatedAt, got.CreatedAt)
+	}
+	if !want.LastActiveAt.Equal(got.LastActiveAt) {
+		add("LastActiveAt", want.LastActiveAt, got.LastActiveAt)
+	}
+	switch {
+	case want.TerminatedAt == nil && got.TerminatedAt == nil:
+	case want.TerminatedAt == nil || got.TerminatedAt == nil:
+		add("TerminatedAt", want.TerminatedAt, got.TerminatedAt)
+	case !want.TerminatedAt.Equal(*got.TerminatedAt):
+		add("TerminatedAt", *want.TerminatedAt, *got.TerminatedAt)
+	}
+	if len(d) == 0 {
+		return ""
+	}
+	var b bytes.Buffer
+	for _, l := range d {
+		b.WriteString("\n\t")
+		b.WriteString(l)
+	}
+	return b.String()
+}
+
+func specEqual(a, b store.Spec) bool {
+	norm := func(m map[string]string) map[string]string {
+		if len(m) == 0 {
+			return nil
+		}
+		return m
+	}
+	a.Env, b.Env = norm(a.Env), norm(b.Env)
+	a.Labels, b.Labels = norm(a.Labels), norm(b.Labels)
+	return reflect.DeepEqual(a, b)
+}
+
+func jsonEqual(a, b json.RawMessage) bool {
+	if len(a) == 0 {
+		a = json.RawMessage(`{}`)
+	}
+	if len(b) == 0 {
+		b = json.RawMessage(`{}`)
+	}
+	var x, y any
+	if err := json.Unmarshal(a, &x); err != nil {
+		return bytes.Equal(a, b)
+	}
+	if err := json.Unmarshal(b, &y); err != nil {
+		return false
+	}
+	return reflect.DeepEqual(x, y)
+}
+
+func expectSame(t *testing.T, what string, want, got *store.Sandbox) {
+	t.Helper()
+	if d := Diff(want, got); d != "" {
+		t.Errorf("%s differs:%s", what, d)
+	}
+}
+
+func ids(sbs []*store.Sandbox) []string {
+	out := make([]string, 0, len(sbs))
+	for _, sb := range sbs {
+		out = append(out, sb.ID)
+	}
+	return out
+}
+
+func testCreateGet(t *testing.T, s store.Store) {
+	sb := newSandbox("sb-1", "alpha", api.StateRunning, at(1))
+	sb.SnapshotID = "snap-9"
+	sb.Spec.MaxLifetimeSecs = 3600
+	sb.Spec.AllowInternetAccess = true
+	want := *sb
+	mustCreate(t, s, sb)
+
+	expectSame(t, "Get by id", &want, mustGet(t, s, "sb-1"))
+	expectSame(t, "Get by name", &want, mustGet(t, s, "alpha"))
+
+	// The returned record is the caller's own: changing it must not change
+	// what the store holds.
+	got := mustGet(t, s, "sb-1")
+	got.Spec.Labels["team"] = "mutated"
+	got.State = api.StateError
+	expectSame(t, "Get after mutating an earlier result", &want, mustGet(t, s, "sb-1"))
+}
+
+func testCreateDefaults(t *testing.T, s store.Store) {
+	// An ephemeral sandbox with nothing optional set: empty name, no
+	// runtime record yet, no maps.
+	sb := &store.Sandbox{ID: "eph", State: api.StateCreating, CreatedAt: at(1), LastActiveAt: at(1)}
+	mustCreate(t, s, sb)
+	got := mustGet(t, s, "eph")
+	expectSame(t, "Get", sb, got)
+	if got.TerminatedAt != nil {
+		t.Errorf("TerminatedAt = %v, want nil", got.TerminatedAt)
+	}
+	if len(got.Runtime) != 0 && !json.Valid(got.Runtime) {
+		t.Errorf("Runtime = %q: not valid JSON", got.Runtime)
+	}
+}
+
+func testCreateDuplicateLiveName(t *testing.T, s store.Store) {
+	mustCreate(t, s, newSandbox("sb-1", "alpha", api.StateRunning, at(1)))
+	err := s.Create(context.Background(), newSandbox("sb-2", "alpha", api.StateCreating, at(2)))
+	if !errors.Is(err, errdefs.ErrConflict) {
+		t.Fatalf("Create with a live name in use: err = %v, want ErrConflict", err)
+	}
+	// Nothing of the refused sandbox may remain.
+	if _, err := s.Get(context.Background(), "sb-2"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("Get(sb-2) after refused Create: err = %v, want ErrNotFound", err)
+	}
+	if ev := mustEvents(t, s, "sb-2"); len(ev) != 0 {
+		t.Errorf("refused Create left events: %+v", ev)
+	}
+	if got := mustGet(t, s, "alpha"); got.ID != "sb-1" {
+		t.Errorf("Get(alpha) = %s, want sb-1", got.ID)
+	}
+}
+
+func testCreateDuplicateID(t *testing.T, s store.Store) {
+	mustCreate(t, s, newSandbox("sb-1", "alpha", api.StateRunning, at(1)))
+	err := s.Create(context.Background(), newSandbox("sb-1", "beta", api.StateRunning, at(2)))
+	if !errors.Is(err, errdefs.ErrConflict) {
+		t.Fatalf("Create with an existing id: err = %v, want ErrConflict", err)
+	}
+	if got := mustGet(t, s, "sb-1"); got.Name != "alpha" {
+		t.Errorf("existing sandbox overwritten: name = %q", got.Name)
+	}
+	if ev := mustEvents(t, s, "sb-1"); len(ev) != 1 {
+		t.Errorf("events after refused duplicate Create = %+v, want only the first Create's", ev)
+	}
+}
+
+func testEphemeralShareEmptyName(t *testing.T, s store.Store) {
+	// "" is not a name: any number of live ephemeral sandboxes may exist, and
+	// Get("") finds none of them.
+	for i := range 3 {
+		mustCreate(t, s, newSandbox(fmt.Sprintf("eph-%d", i), "", api.StateRunning, at(i)))
+	}
+	if _, err := s.Get(context.Background(), ""); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf(`Get("") err = %v, want ErrNotFound`, err)
+	}
+}
+
+func testNameReuseAfterTerminate(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	mustCreate(t, s, newSandbox("old", "alpha", api.StateRunning, at(1)))
+	mustUpdate(t, s, "old", terminate("deleted", at(2)))
+
+	mustCreate(t, s, newSandbox("new", "alpha", api.StateRunning, at(3)))
+	if got := mustGet(t, s, "alpha"); got.ID != "new" {
+		t.Errorf("Get(alpha) = %s, want the live one (new)", got.ID)
+	}
+	// The old one is still reachable by id.
+	if got := mustGet(t, s, "old"); got.State != api.StateTerminated {
+		t.Errorf("old sandbox state = %q, want terminated", got.State)
+	}
+	// And a second live one is still refused.
+	if err := s.Create(ctx, newSandbox("third", "alpha", api.StateCreating, at(4))); !errors.Is(err, errdefs.ErrConflict) {
+		t.Errorf("third Create with live name: err = %v, want ErrConflict", err)
+	}
+	// Once the new one is gone too, the name resolves to the most recent.
+	mustUpdate(t, s, "new", terminate("deleted", at(5)))
+	if got := mustGet(t, s, "alpha"); got.ID != "new" {
+		t.Errorf("Get(alpha) with only terminated sandboxes = %s, want the most recent (new)", got.ID)
+	}
+	// Several terminated sandboxes may share a name.
+	mustCreate(t, s, newSandbox("gone", "alpha", api.StateTerminated, at(6)))
+	if got := mustGet(t, s, "alpha"); got.ID != "gone" {
+		t.Errorf("Get(alpha) = %s, want the most recent (gone)", got.ID)
+	}
+}
+
+func testGetPrefersLiveThenNewest(t *testing.T, s store.Store) {
+	// The live sandbox is the oldest one: it still wins over newer
+	// terminated ones.
+	mustCreate(t, s, newSandbox("live", "alpha", api.StateSuspended, at(1)))
+	mustCreate(t, s, newSandbox("dead-1", "alpha", api.StateTerminated, at(2)))
+	mustCreate(t, s, newSandbox("dead-2", "alpha", api.StateTerminated, at(3)))
+	if got := mustGet(t, s, "alpha"); got.ID != "live" {
+		t.Errorf("Get(alpha) = %s, want live", got.ID)
+	}
+	mustUpdate(t, s, "live", terminate("gone", at(4)))
+	if got := mustGet(t, s, "alpha"); got.ID != "dead-2" {
+		t.Errorf("Get(alpha) = %s, want the most recently created (dead-2)", got.ID)
+	}
+}
+
+func testGetIDBeforeName(t *testing.T, s store.Store) {
+	mustCreate(t, s, newSandbox("shadow", "", api.StateTerminated, at(1)))
+	mustCreate(t, s, newSandbox("sb-2", "shadow", api.StateRunning, at(2)))
+	if got := mustGet(t, s, "shadow"); got.ID != "shadow" {
+		t.Errorf("Get(shadow) = %s, want the sandbox whose id is shadow", got.ID)
+	}
+}
+
+func testGetNotFound(t *testing.T, s store.Store) {
+	mustCreate(t, s, newSandbox("sb-1", "alpha", api.StateRunning, at(1)))
+	for _, ref := range []string{"nope", "sb-", "ALPHA", "alph", "%", "alpha' OR '1'='1"} {
+		sb, err := s.Get(context.Background(), ref)
+		if !errors.Is(err, errdefs.ErrNotFound) {
+			t.Errorf("Get(%q) = %v, %v; want ErrNotFound", ref, sb, err)
+		}
+	}
+}
+
+func testList(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	mk := func(id, name, state string, n int, labels map[string]string) {
+		sb := newSandbox(id, name, state, at(n))
+		sb.Spec.Labels = labels
+		mustCreate(t, s, sb)
+	}
+	// Created out of order so that insertion order is not creation order.
+	mk("c", "gamma", api.StateRunning, 3, map[string]string{"team": "core", "env": "prod"})
+	mk("a", "alpha", api.StateRunning, 1, map[string]string{"team": "core"})
+	mk("e", "", api.StateSuspended, 5, map[string]string{"team": "ml", "env": "prod"})
+	mk("b", "alpha", api.StateTerminated, 0, nil)
+	mk("d", "delta", api.StateTerminated, 4, map[string]string{"env": "prod"})
+
+	cases := []struct {
+		name string
+		f    store.ListFilter
+		want []string
+	}{
+		{"all", store.ListFilter{}, []string{"e", "d", "c", "a", "b"}},
+		{"state", store.ListFilter{State: api.StateRunning}, []string{"c", "a"}},
+		{"state terminated", store.ListFilter{State: api.StateTerminated}, []string{"d", "b"}},
+		{"state none", store.ListFilter{State: api.StateError}, nil},
+		{"name", store.ListFilter{Name: "alpha"}, []string{"a", "b"}},
+		{"name unknown", store.ListFilter{Name: "zeta"}, nil},
+		{"name and state", store.ListFilter{Name: "alpha", State: api.StateTerminated}, []string{"b"}},
+		{"one label", store.ListFilter{Labels: map[string]string{"env": "prod"}}, []string{"e", "d", "c"}},
+		{"all labels must match", store.ListFilter{Labels: map[string]string{"env": "prod", "team": "core"}}, []string{"c"}},
+		{"label value must match", store.ListFilter{Labels: map[string]string{"team": "ml"}}, []string{"e"}},
+		{"label absent", store.ListFilter{Labels: map[string]string{"owner": "x"}}, nil},
+		{"empty label value is not a wildcard", store.ListFilter{Labels: map[string]string{"team": ""}}, nil},
+		{"labels and state", store.ListFilter{State: api.StateTerminated, Labels: map[string]string{"env": "prod"}}, []string{"d"}},
+		{"empty labels map", store.ListFilter{Labels: map[string]string{}}, []string{"e", "d", "c", "a", "b"}},
+	}
+	for _, tc := range cases {
+		got, err := s.List(ctx, tc.f)
+		if err != nil {
+			t.Errorf("%s: List(%+v): %v", tc.name, tc.f, err)
+			continue
+		}
+		if g := ids(got); !reflect.DeepEqual(g, append([]string{}, tc.want...)) {
+			t.Errorf("%s: List(%+v) = %v, want %v", tc.name, tc.f, g, tc.want)
+		}
+	}
+
+	// List returns whole records.
+	all, err := s.List(ctx, store.ListFilter{Name: "gamma"})
+	if err != nil || len(all) != 1 {
+		t.Fatalf("List(name gamma) = %v, %v", ids(all), err)
+	}
+	expectSame(t, "List record", mustGet(t, s, "c"), all[0])
+}
+
+func testUpdateAllFields(t *testing.T, s store.Store) {
+	orig := newSandbox("sb-1", "alpha", api.StateCreating, at(1))
+	mustCreate(t, s, orig)
+
+	term := at(9)
+	want := &store.Sandbox{
+		ID:          "sb-1",
+		Name:        "beta",
+		State:       api.StateSuspended,
+		StateReason: "idle timeout",
+		Image:       "python:3.13",
+		SnapshotID:  "snap-2",
+		Spec: store.Spec{
+			CPUs:                0.25,
+			MemoryMB:            2048,
+			DiskMB:              4096,
+			PIDsLimit:           64,
+			TimeoutSecs:         60,
+			MaxLifetimeSecs:     7200,
+			AllowInternetAccess: true,
+			Env:                 map[string]string{"B": "2", "EMPTY": ""},
+			Labels:              map[string]string{"team": "ml", "tier": "gold"},
+		},
+		Runtime:      json.RawMessage(`{"pid":4242,"cgroup":"/sys/fs/cgroup/forkbox/sb-1","veth":{"host":"fb0","ip":"10.0.0.2"}}`),
+		CreatedAt:    orig.CreatedAt,
+		LastActiveAt: at(7),
+		TerminatedAt: &term,
+	}
+	got := mustUpdate(t, s, "sb-1", func(sb *store.Sandbox) error {
+		expectSame(t, "fn's argument", orig, sb)
+		c := *want
+		c.Spec.Env = map[string]string{"B": "2", "EMPTY": ""}
+		c.Spec.Labels = map[string]string{"team": "ml", "tier": "gold"}
+		*sb = c
+		return nil
+	})
+	expectSame(t, "Update result", want, got)
+	expectSame(t, "Get after Update", want, mustGet(t, s, "sb-1"))
+	expectSame(t, "Get by new name after Update", want, mustGet(t, s, "beta"))
+	if _, err := s.Get(context.Background(), "alpha"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("Get(old name) err = %v, want ErrNotFound", err)
+	}
+}
+
+func testUpdateClearsTerminatedAt(t *testing.T, s store.Store) {
+	sb := newSandbox("sb-1", "", api.StateRunning, at(1))
+	mustCreate(t, s, sb)
+	mustUpdate(t, s, "sb-1", terminate("stop", at(2)))
+	if got := mustGet(t, s, "sb-1"); got.TerminatedAt == nil || !got.TerminatedAt.Equal(at(2)) {
+		t.Fatalf("TerminatedAt = %v, want %v", got.TerminatedAt, at(2))
+	}
+	mustUpdate(t, s, "sb-1", func(sb *store.Sandbox) error {
+		sb.State = api.StateRunning
+		sb.TerminatedAt = nil
+		sb.Runtime = nil
+		return nil
+	})
+	got := mustGet(t, s, "sb-1")
+	if got.TerminatedAt != nil {
+		t.Errorf("TerminatedAt = %v after setting it to nil", got.TerminatedAt)
+	}
+	if !jsonEqual(got.Runtime, nil) {
+		t.Errorf("Runtime = %s after clearing it, want empty or {}", got.Runtime)
+	}
+}
+
+func testUpdateResultMatchesStored(t *testing.T, s store.Store) {
+	// Whatever fn does, including to fields a backend may treat as
+	// immutable (ID, CreatedAt), the record Update returns is the one that
+	// was stored.
+	mustCreate(t, s, newSandbox("sb-1", "alpha", api.StateRunning, at(1)))
+	got := mustUpdate(t, s, "sb-1", func(sb *store.Sandbox) error {
+		sb.ID = "sb-other"
+		sb.CreatedAt = at(50)
+		sb.Image = "changed"
+		return nil
+	})
+	if got.ID != "sb-1" {
+		t.Errorf("Update result ID = %q, want sb-1", got.ID)
+	}
+	expectSame(t, "Update result vs Get", mustGet(t, s, "sb-1"), got)
+	if _, err := s.Get(context.Background(), "sb-other"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("Get(sb-other) err = %v, want ErrNotFound: Update must not change the id", err)
+	}
+}
+
+func testUpdateStateRecordsEvent(t *testing.T, s store.Store) {
+	mustCreate(t, s, newSandbox("sb-1", "alpha", api.StateCreating, at(1)))
+	before := time.Now()
+	mustUpdate(t, s, "sb-1", func(sb *store.Sandbox) error {
+		sb.State = api.StateRunning
+		sb.StateReason = "started"
+		return nil
+	})
+	after := time.Now()
+	ev := mustEvents(t, s, "sb-1")
+	if len(ev) != 2 {
+		t.Fatalf("events = %+v, want 2", ev)
+	}
+	e := ev[1]
+	if e.SandboxID != "sb-1" || e.From != api.StateCreating || e.To != api.StateRunning || e.Reason != "started" {
+		t.Errorf("event = %+v, want sb-1 creating→running reason started", e)
+	}
+	// The event is stamped when the change is stored.
+	if e.At.Before(before.Add(-time.Second)) || e.At.After(after.Add(time.Second)) {
+		t.Errorf("event At = %v, want between %v and %v", e.At, before, after)
+	}
+}
+
+func testUpdateNoStateChangeNoEvent(t *testing.T, s store.Store) {
+	mustCreate(t, s, newSandbox("sb-1", "alpha", api.StateRunning, at(1)))
+	mustUpdate(t, s, "sb-1", func(sb *store.Sandbox) error {
+		sb.StateReason = "a new reason but the same state"
+		sb.Image = "other"
+		sb.Spec.Labels["x"] = "y"
+		return nil
+	})
+	mustUpdate(t, s, "sb-1", func(*store.Sandbox) error { return nil })
+	if ev := mustEvents(t, s, "sb-1"); len(ev) != 1 {
+		t.Errorf("events = %+v, want only the Create event", ev)
+	}
+	if got := mustGet(t, s, "sb-1"); got.Image != "other" || got.Spec.Labels["x"] != "y" {
+		t.Errorf("Update without state change not stored: %+v", got)
+	}
+}
+
+func testUpdateFnErrorAborts(t *testing.T, s store.Store) {
+	orig := newSandbox("sb-1", "alpha", api.StateRunning, at(1))
+	mustCreate(t, s, orig)
+	boom := errors.New("boom")
+	_, err := s.Update(context.Background(), "sb-1", func(sb *store.Sandbox) error {
+		sb.State = api.StateTerminated
+		sb.StateReason = "should not stick"
+		sb.Name = "beta"
+		sb.Spec.Labels["x"] = "y"
+		sb.Runtime = json.RawMessage(`{"pid":1}`)
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("Update err = %v, want fn's error", err)
+	}
+	// A kind error from fn keeps its kind.
+	_, err = s.Update(context.Background(), "sb-1", func(sb *store.Sandbox) error {
+		sb.State = api.StateSuspended
+		return errdefs.FailedPrecondition("sandbox is busy")
+	})
+	if !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Fatalf("Update err = %v, want ErrFailedPrecondition from fn", err)
+	}
+	expectSame(t, "row after aborted Update", orig, mustGet(t, s, "sb-1"))
+	if ev := mustEvents(t, s, "sb-1"); len(ev) != 1 {
+		t.Errorf("events after aborted Update = %+v, want only the Create event", ev)
+	}
+	// The name was not taken by the aborted rename.
+	mustCreate(t, s, newSandbox("sb-2", "beta", api.StateRunning, at(2)))
+}
+
+func testUpdateNotFound(t *testing.T, s store.Store) {
+	mustCreate(t, s, newSandbox("sb-1", "alpha", api.StateRunning, at(1)))
+	called := false
+	_, err := s.Update(context.Background(), "nope", func(*store.Sandbox) error { called = true; return nil })
+	if !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("Update(unknown) err = %v, want ErrNotFound", err)
+	}
+	if called {
+		t.Errorf("Update(unknown) called fn")
+	}
+	// Update is by id only, never by name.
+	_, err = s.Update(context.Background(), "alpha", func(*store.Sandbox) error { called = true; return nil })
+	if !errors.Is(err, errdefs.ErrNotFound) || called {
+		t.Errorf("Update(name) err = %v, fn called %v; want ErrNotFound, not called", err, called)
+	}
+}
+
+func testUpdateRenameConflict(t *testing.T, s store.Store) {
+	mustCreate(t, s, newSandbox("sb-1", "alpha", api.StateRunning, at(1)))
+	orig := newSandbox("sb-2", "beta", api.StateRunning, at(2))
+	mustCreate(t, s, orig)
+	_, err := s.Update(context.Background(), "sb-2", func(sb *store.Sandbox) error {
+		sb.Name = "alpha"
+		sb.State = api.StateSuspended
+		return nil
+	})
+	if !errors.Is(err, errdefs.ErrConflict) {
+		t.Fatalf("rename to a live name: err = %v, want ErrConflict", err)
+	}
+	expectSame(t, "row after refused rename", orig, mustGet(t, s, "sb-2"))
+	if ev := mustEvents(t, s, "sb-2"); len(ev) != 1 {
+		t.Errorf("events after refused rename = %+v, want only the Create event", ev)
+	}
+	if got := mustGet(t, s, "alpha"); got.ID != "sb-1" {
+		t.Errorf("Get(alpha) = %s, want sb-1", got.ID)
+	}
+
+	// Renaming to the name of a terminated sandbox is fine.
+	mustUpdate(t, s, "sb-1", terminate("gone", at(3)))
+	got := mustUpdate(t, s, "sb-2", func(sb *store.Sandbox) error { sb.Name = "alpha"; return nil })
+	if got.Name != "alpha" {
+		t.Errorf("rename result name = %q", got.Name)
+	}
+	if got := mustGet(t, s, "alpha"); got.ID != "sb-2" {
+		t.Errorf("Get(alpha) = %s, want sb-2", got.ID)
+	}
+}
+
+func testUpdateReviveConflict(t *testing.T, s store.Store) {
+	// A terminated sandbox cannot come back to life while another live
+	// sandbox holds its name.
+	mustCreate(t, s, newSandbox("old", "alpha", api.StateRunning, at(1)))
+	mustUpdate(t, s, "old", terminate("gone", at(2)))
+	mustCreate(t, s, newSandbox("new", "alpha", api.StateRunning, at(3)))
+	_, err := s.Update(context.Background(), "old", func(sb *store.Sandbox) error {
+		sb.State = api.StateRunning
+		sb.TerminatedAt = nil
+		return nil
+	})
+	if !errors.Is(err, errdefs.ErrConflict) {
+		t.Fatalf("reviving old with its name in use: err = %v, want ErrConflict", err)
+	}
+	if got := mustGet(t, s, "old"); got.State != api.StateTerminated {
+		t.Errorf("old state = %q after refused revive", got.State)
+	}
+}
+
+func testTouch(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	orig := newSandbox("sb-1", "alpha", api.StateRunning, at(1))
+	mustCreate(t, s, orig)
+
+	if err := s.Touch(ctx, "sb-1", at(5)); err != nil {
+		t.Fatalf("Touch: %v", err)
+	}
+	want := *orig
+	want.LastActiveAt = at(5)
+	expectSame(t, "after Touch forward", &want, mustGet(t, s, "sb-1"))
+
+	// Backward and equal are no-ops.
+	for _, when := range []time.Time{at(3), at(5), at(5).Add(-1), at(0)} {
+		if err := s.Touch(ctx, "sb-1", when); err != nil {
+			t.Fatalf("Touch(%v): %v", when, err)
+		}
+		expectSame(t, fmt.Sprintf("after Touch(%v)", when), &want, mustGet(t, s, "sb-1"))
+	}
+	// One nanosecond forward counts.
+	if err := s.Touch(ctx, "sb-1", at(5).Add(1)); err != nil {
+		t.Fatalf("Touch: %v", err)
+	}
+	if got := mustGet(t, s, "sb-1").LastActiveAt; !got.Equal(at(5).Add(1)) {
+		t.Errorf("LastActiveAt = %v, want %v", got, at(5).Add(1))
+	}
+	if ev := mustEvents(t, s, "sb-1"); len(ev) != 1 {
+		t.Errorf("Touch recorded events: %+v", ev)
+	}
+	// Other sandboxes are untouched.
+	other := newSandbox("sb-2", "", api.StateRunning, at(2))
+	mustCreate(t, s, other)
+	if err := s.Touch(ctx, "sb-1", at(8)); err != nil {
+		t.Fatalf("Touch: %v", err)
+	}
+	expectSame(t, "other sandbox after Touch", other, mustGet(t, s, "sb-2"))
+}
+
+func testEventsOrder(t *testing.T, s store.Store) {
+	mustCreate(t, s, newSandbox("sb-1", "alpha", api.StateCreating, at(1)))
+	mustCreate(t, s, newSandbox("sb-2", "beta", api.StateCreating, at(2)))
+	steps := []struct{ to, reason string }{
+		{api.StateRunning, "started"},
+		{api.StateSuspending, "idle"},
+		{api.StateSuspended, "snapshotted"},
+		{api.StateResuming, "exec"},
+		{api.StateRunning, "resumed"},
+		{api.StateTerminated, "deleted"},
+	}
+	for i, st := range steps {
+		mustUpdate(t, s, "sb-1", func(sb *store.Sandbox) error {
+			sb.State, sb.StateReason = st.to, st.reason
+			return nil
+		})
+		// Interleave another sandbox's history.
+		if i == 2 {
+			mustUpdate(t, s, "sb-2", func(sb *store.Sandbox) error { sb.State = api.StateError; sb.StateReason = "oops"; return nil })
+		}
+	}
+	ev := mustEvents(t, s, "sb-1")
+	if len(ev) != len(steps)+1 {
+		t.Fatalf("events = %+v, want %d", ev, len(steps)+1)
+	}
+	first := ev[0]
+	if first.From != "" || first.To != api.StateCreating || first.Reason != "created by test" || first.SandboxID != "sb-1" {
+		t.Errorf("Create event = %+v, want \"\"→creating reason %q", first, "created by test")
+	}
+	from := api.StateCreating
+	for i, st := range steps {
+		e := ev[i+1]
+		if e.SandboxID != "sb-1" || e.From != from || e.To != st.to || e.Reason != st.reason {
+			t.Errorf("event %d = %+v, want %s→%s %q", i+1, e, from, st.to, st.reason)
+		}
+		if e.ID <= ev[i].ID {
+			t.Errorf("event %d id %d not after %d", i+1, e.ID, ev[i].ID)
+		}
+		from = st.to
+	}
+	ev2 := mustEvents(t, s, "sb-2")
+	if len(ev2) != 2 || ev2[1].From != api.StateCreating || ev2[1].To != api.StateError {
+		t.Errorf("sb-2 events = %+v", ev2)
+	}
+	if ev := mustEvents(t, s, "nope"); len(ev) != 0 {
+		t.Errorf("Events(unknown) = %+v, want none", ev)
+	}
+}
+
+func testConcurrentUpdates(t *testing.T, s store.Store) {
+	const (
+		workers = 16
+		rounds  = 5
+	)
+	sb := newSandbox("sb-1", "alpha", api.StateRunning, at(1))
+	sb.Spec.Labels = map[string]string{"n": "0"}
+	sb.Runtime = json.RawMessage(`{"n":0}`)
+	mustCreate(t, s, sb)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, workers*rounds)
+	start := make(chan struct{})
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for range rounds {
+				_, err := s.Update(ctx, "sb-1", func(sb *store.Sandbox) error {
+					n, err := strconv.Atoi(sb.Spec.Labels["n"])
+					if err != nil {
+						return err
+					}
+					sb.Spec.Labels["n"] = strconv.Itoa(n + 1)
+					var rt struct{ N int }
+					if err := json.Unmarshal(sb.Runtime, &rt); err != nil {
+						return err
+					}
+					sb.Runtime = json.RawMessage(fmt.Sprintf(`{"n":%d}`, rt.N+1))
+					sb.Spec.Env = map[string]string{"last": strconv.Itoa(w)}
+					return nil
+				})
+				if err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("concurrent Update: %v", err)
+	}
+	got := mustGet(t, s, "sb-1")
+	if n := got.Spec.Labels["n"]; n != strconv.Itoa(workers*rounds) {
+		t.Errorf("label counter = %s, want %d (lost updates)", n, workers*rounds)
+	}
+	var rt struct{ N int }
+	if err := json.Unmarshal(got.Runtime, &rt); err != nil || rt.N != workers*rounds {
+		t.Errorf("runtime counter = %s (%v), want %d (lost updates)", got.Runtime, err, workers*rounds)
+	}
+	if ev := mustEvents(t, s, "sb-1"); len(ev) != 1 {
+		t.Errorf("events = %d, want 1: no state changed", len(ev))
+	}
+
+	// Concurrent state changes each leave exactly one event, and they chain.
+	states := []string{api.StateSuspended, api.StateRunning}
+	var wg2 sync.WaitGroup
+	for range workers {
+		wg2.Add(1)
+		go func() {
+			defer wg2.Done()
+			_, err := s.Update(ctx, "sb-1", func(sb *store.Sandbox) error {
+				if sb.State == states[0] {
+					sb.State = states[1]
+				} else {
+					sb.State = states[0]
+				}
+				return nil
+			})
+			if err != nil {
+				t.Errorf("concurrent state Update: %v", err)
+			}
+		}()
+	}
+	wg2.Wait()
+	ev := mustEvents(t, s, "sb-1")
+	if len(ev) != workers+1 {
+		t.Fatalf("events = %d, want %d", len(ev), workers+1)
+	}
+	for i := 1; i < len(ev); i++ {
+		if ev[i].From != ev[i-1].To {
+			t.Errorf("event %d from %q, previous event to %q: history does not chain", i, ev[i].From, ev[i-1].To)
+		}
+	}
+	if got := mustGet(t, s, "sb-1"); got.State != ev[len(ev)-1].To {
+		t.Errorf("state %q, last event to %q", got.State, ev[len(ev)-1].To)
+	}
+}
+
+func testTimePrecisionUTC(t *testing.T, s store.Store) {
+	zone := time.FixedZone("UTC+05:30", 5*3600+1800)
+	created := time.Date(2031, 12, 31, 23, 59, 59, 999999999, zone)
+	active := time.Date(1999, 1, 2, 3, 4, 5, 1, zone)
+	term := time.Date(2024, 2, 29, 12, 0, 0, 987654321, zone)
+	// A time with a monotonic clock reading must still be stored as its
+	// wall-clock instant.
+	now := time.Now()
+
+	sb := newSandbox("sb-1", "alpha", api.StateTerminated, created)
+	sb.LastActiveAt = active
+	sb.TerminatedAt = &term
+	mustCreate(t, s, sb)
+	mustCreate(t, s, newSandbox("sb-2", "", api.StateRunning, now))
+
+	check := func(what string, got, want time.Time) {
+		t.Helper()
+		if !got.Equal(want) {
+			t.Errorf("%s = %v, want %v (diff %v)", what, got, want, got.Sub(want))
+		}
+		if got.Location() != time.UTC {
+			t.Errorf("%s location = %v, want UTC", what, got.Location())
+		}
+	}
+	got := mustGet(t, s, "sb-1")
+	check("CreatedAt", got.CreatedAt, created)
+	check("LastActiveAt", got.LastActiveAt, active)
+	if got.TerminatedAt == nil {
+		t.Fatalf("TerminatedAt nil")
+	}
+	check("TerminatedAt", *got.TerminatedAt, term)
+	got2 := mustGet(t, s, "sb-2")
+	check("CreatedAt (monotonic)", got2.CreatedAt, now)
+
+	// Through Update, Touch, List and Events too.
+	t2 := time.Date(2032, 1, 1, 0, 0, 0, 1, zone)
+	mustUpdate(t, s, "sb-1", func(sb *store.Sandbox) error { sb.TerminatedAt = &t2; sb.LastActiveAt = t2.Add(-1); return nil })
+	if err := s.Touch(context.Background(), "sb-1", t2); err != nil {
+		t.Fatal(err)
+	}
+	list, err := s.List(context.Background(), store.ListFilter{Name: "alpha"})
+	if err != nil || len(list) != 1 {
+		t.Fatalf("List = %v, %v", ids(list), err)
+	}
+	check("List CreatedAt", list[0].CreatedAt, created)
+	check("List LastActiveAt after Touch", list[0].LastActiveAt, t2)
+	check("List TerminatedAt after Update", *list[0].TerminatedAt, t2)
+	for _, e := range mustEvents(t, s, "sb-1") {
+		if e.At.Location() != time.UTC {
+			t.Errorf("event %d At location = %v, want UTC", e.ID, e.At.Location())
+		}
+	}
+}

@@ -1,0 +1,277 @@
+// Package e2e tests forkbox end to end: the real binary runs as a daemon (as
+// root, with real namespaces, cgroups, mounts and networking) and the tests
+// talk to it through the Go SDK, raw HTTP and the CLI. Run as root; as any
+// other user every test skips with the reason.
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/forkbox/forkbox/api"
+	"github.com/forkbox/forkbox/client"
+)
+
+var (
+	binary  string // the forkbox binary under test
+	shared  *daemon
+	skipWhy string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(runTests(m))
+}
+
+func runTests(m *testing.M) int {
+	if os.Geteuid() != 0 {
+		skipWhy = "end-to-end tests need root (namespaces, cgroups, mounts); CI runs them as root"
+		return m.Run()
+	}
+	tmp, err := os.MkdirTemp("", "forkbox-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(tmp)
+	binary = os.Getenv("FORKBOX_BIN")
+	if binary == "" {
+		binary = filepath.Join(tmp, "forkbox")
+		cmd := exec.Command("go", "build", "-o", binary, "../../cmd/forkbox")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "build forkbox: %v\n%s", err, out)
+			return 1
+		}
+	}
+	d, err := startDaemon(filepath.Join(tmp, "shared"), nil)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "start daemon:", err)
+		return 1
+	}
+	shared = d
+	code := m.Run()
+	d.deleteAll()
+	d.stop()
+	return code
+}
+
+// daemon is a forkbox daemon process run by a test.
+type daemon struct {
+	dataDir string
+	addr    string
+	env     []string
+	cmd     *exec.Cmd
+	log     *os.File
+	c       *client.Client
+	exited  chan struct{}
+}
+
+func freePort() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// startDaemon starts `forkbox serve` on a free port with dataDir.
+func startDaemon(dataDir string, env []string) (*daemon, error) {
+	addr, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	d := &daemon{dataDir: dataDir, addr: addr, env: env}
+	return d, d.start()
+}
+
+func (d *daemon) start() error {
+	if err := os.MkdirAll(d.dataDir, 0o700); err != nil {
+		return err
+	}
+	logf, err := os.OpenFile(filepath.Join(d.dataDir, "..", filepath.Base(d.dataDir)+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	d.log = logf
+	d.cmd = exec.Command(binary, "serve", "--listen", d.addr, "--data-dir", d.dataDir)
+	d.cmd.Env = append(os.Environ(), d.env...)
+	d.cmd.Stdout, d.cmd.Stderr = logf, logf
+	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := d.cmd.Start(); err != nil {
+		return err
+	}
+	d.exited = make(chan struct{})
+	go func() { d.cmd.Wait(); close(d.exited) }()
+	opts := []client.Option{}
+	for _, kv := range d.env {
+		if k, ok := strings.CutPrefix(kv, "FORKBOX_API_KEY="); ok {
+			opts = append(opts, client.WithAPIKey(k))
+		}
+	}
+	d.c = client.New("http://"+d.addr, opts...)
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-d.exited:
+			return fmt.Errorf("daemon exited at start; log:\n%s", d.logTail())
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := d.c.Health(ctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("daemon not healthy after 60s; log:\n%s", d.logTail())
+}
+
+func (d *daemon) logTail() string {
+	b, _ := os.ReadFile(d.log.Name())
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return string(b)
+}
+
+// kill9 kills the daemon with SIGKILL, as a crash would.
+func (d *daemon) kill9() {
+	d.cmd.Process.Signal(syscall.SIGKILL)
+	<-d.exited
+}
+
+func (d *daemon) stop() {
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.exited:
+	case <-time.After(15 * time.Second):
+		d.kill9()
+	}
+	d.log.Close()
+}
+
+func (d *daemon) deleteAll() {
+	ctx := context.Background()
+	list, err := d.c.ListSandboxes(ctx, client.ListOptions{})
+	if err != nil {
+		return
+	}
+	for _, sb := range list.Sandboxes {
+		if sb.State != api.StateTerminated {
+			d.c.DeleteSandbox(ctx, sb.ID)
+		}
+	}
+}
+
+func needRoot(t *testing.T) {
+	t.Helper()
+	if skipWhy != "" {
+		t.Skip(skipWhy)
+	}
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// newSandbox creates a sandbox on d and deletes it when the test ends.
+func newSandbox(t *testing.T, d *daemon, req api.CreateSandboxRequest) *api.Sandbox {
+	t.Helper()
+	sb, err := d.c.CreateSandbox(ctxT(t), req)
+	if err != nil {
+		t.Fatalf("create sandbox: %v\ndaemon log:\n%s", err, d.logTail())
+	}
+	t.Cleanup(func() { d.c.DeleteSandbox(context.Background(), sb.ID) })
+	return sb
+}
+
+// run runs a command in a sandbox and fails the test if the call fails.
+func run(t *testing.T, d *daemon, sb string, cmd string, args ...string) *api.ExecResult {
+	t.Helper()
+	res, err := d.c.Exec(ctxT(t), sb, api.ExecRequest{Cmd: cmd, Args: args})
+	if err != nil {
+		t.Fatalf("exec %s %v: %v", cmd, args, err)
+	}
+	return res
+}
+
+// sh runs a shell snippet in a sandbox.
+func sh(t *testing.T, d *daemon, sb, script string) *api.ExecResult {
+	t.Helper()
+	return run(t, d, sb, "sh", "-c", script)
+}
+
+func i64(v int64) *int64     { return &v }
+func f64(v float64) *float64 { return &v }
+
+// assertNoLeaks checks that nothing of sandbox id is left on the host: no
+// mount under the data dir, no cgroup, no veth, no process.
+func assertNoLeaks(t *testing.T, d *daemon, id string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	var problems []string
+	for {
+		problems = leaks(d, id)
+		if len(problems) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, p := range problems {
+		t.Errorf("leak of %s: %s", id, p)
+	}
+}
+
+func leaks(d *daemon, id string) []string {
+	var out []string
+	f, err := os.Open("/proc/self/mountinfo")
+	if err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), id) {
+				out = append(out, "mount: "+sc.Text())
+			}
+		}
+		f.Close()
+	}
+	cgs, _ := filepath.Glob("/sys/fs/cgroup/*/forkbox/" + id)
+	cg2, _ := filepath.Glob("/sys/fs/cgroup/forkbox/" + id)
+	for _, c := range append(cgs, cg2...) {
+		out = append(out, "cgroup: "+c)
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cgroup")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err == nil && strings.Contains(string(b), "/"+id) {
+			out = append(out, "process: "+p)
+		}
+	}
+	if b, err := exec.Command("ip", "-d", "-o", "link", "show").Output(); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.Contains(line, id) {
+				out = append(out, "link: "+line)
+			}
+		}
+	}
+	if _, err := os.Stat(filepath.Join(d.dataDir, "sandboxes", id)); err == nil {
+		out = append(out, "directory: "+filepath.Join(d.dataDir, "sandboxes", id))
+	}
+	return out
+}
+
+func clientListLabel(k, v string) client.ListOptions {
+	return client.ListOptions{Labels: map[string]string{k: v}}
+}
