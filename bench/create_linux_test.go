@@ -1,12 +1,14 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -115,8 +117,13 @@ func benchCreateForkbox(b *testing.B) {
 				s := values(created)
 				tableRow("  daemon: \"sandbox created\" ms (runtime create + store)", f(s.p50()), f(s.p95()), f(s.mean()))
 			}
-			for _, st := range stepDeltas(dl, measured) {
-				tableRow("    runtime step: "+st.name, f(st.s.p50()), f(st.s.p95()), f(st.s.mean()))
+			if steps := stepDeltas(dl, measured); len(steps) > 0 {
+				defer func() {
+					tableHeader("forkbox runtime create steps (--debug log)", "at p50 ms", "since previous step p50 ms", "p95 ms", "mean ms")
+					for _, st := range steps {
+						tableRow(st.name, f(st.at.p50()), f(st.delta.p50()), f(st.delta.p95()), f(st.delta.mean()))
+					}
+				}()
 			}
 		}
 		tableRow("client: first exec of `true`", f(firsts.p50()), f(firsts.p95()), f(firsts.mean()))
@@ -133,28 +140,35 @@ func benchCreateForkbox(b *testing.B) {
 }
 
 type stepSamples struct {
-	name string
-	s    samples
+	name  string
+	at    samples // time since the start of runtime create
+	delta samples // time since the previous step of the same sandbox
 }
 
-// stepDeltas turns the cumulative "sandbox create steps" timings of the
-// measured sandboxes into per-step durations, in step order.
+// stepDeltas turns the "sandbox create steps" timings of the measured
+// sandboxes (µs since the start of the runtime's create, some taken by the
+// daemon, some traced from inside the sandbox) into per-step times. Steps are
+// ordered by time within each sandbox; the result lists them by median time.
 func stepDeltas(dl *daemonLog, ids map[string]bool) []stepSamples {
 	var out []stepSamples
 	idx := map[string]int{}
 	for id := range ids {
+		steps := slices.Clone(dl.steps[id])
+		slices.SortStableFunc(steps, func(a, b stepTiming) int { return cmp.Compare(a.us, b.us) })
 		prev := 0.0
-		for _, st := range dl.steps[id] {
+		for _, st := range steps {
 			i, ok := idx[st.name]
 			if !ok {
 				i = len(out)
 				idx[st.name] = i
 				out = append(out, stepSamples{name: st.name})
 			}
-			out[i].s = append(out[i].s, time.Duration((st.us-prev)*float64(time.Microsecond)))
+			out[i].at = append(out[i].at, time.Duration(st.us*float64(time.Microsecond)))
+			out[i].delta = append(out[i].delta, time.Duration((st.us-prev)*float64(time.Microsecond)))
 			prev = st.us
 		}
 	}
+	slices.SortStableFunc(out, func(a, b stepSamples) int { return cmp.Compare(a.at.p50(), b.at.p50()) })
 	return out
 }
 

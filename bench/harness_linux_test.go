@@ -379,7 +379,7 @@ type stepTiming struct {
 
 var (
 	logMsgRE  = regexp.MustCompile(`msg=("(?:[^"\\]|\\.)*"|\S+)`)
-	logKVRE   = regexp.MustCompile(`(\w+)=("(?:[^"\\]|\\.)*"|\S*)`)
+	logKVRE   = regexp.MustCompile(`([\w.\-]+)=("(?:[^"\\]|\\.)*"|\S*)`)
 	sbxPathRE = regexp.MustCompile(`/v1/sandboxes/[^/ ]+`)
 )
 
@@ -437,7 +437,7 @@ func parseDaemonLog(path string) (*daemonLog, error) {
 
 func TestParseDaemonLog(t *testing.T) {
 	log := `forkbox daemon listening on http://127.0.0.1:1 (no API key: loopback only), data in /x
-time=2026-01-01T00:00:00.000Z level=DEBUG msg="sandbox create steps (µs since start)" sandbox=sbx_a disk=5614 overlay=7326 ready=154451
+time=2026-01-01T00:00:00.000Z level=DEBUG msg="sandbox create steps (µs since start)" sandbox=sbx_a disk=5614 overlay=7326 agent-start=3000 ready=154451
 time=2026-01-01T00:00:00.000Z level=INFO msg="sandbox created" sandbox=sbx_a name="" ms=179
 time=2026-01-01T00:00:00.000Z level=DEBUG msg=http method=POST path=/v1/sandboxes code=201 ms=181 err=<nil>
 time=2026-01-01T00:00:00.000Z level=DEBUG msg=http method=POST path=/v1/sandboxes/sbx_a/exec code=200 ms=12 err=<nil>
@@ -465,10 +465,10 @@ not a log line
 	for _, s := range steps {
 		names = append(names, s.name)
 	}
-	if strings.Join(names, ",") != "disk,overlay,ready" {
-		t.Fatalf("steps = %v, want disk,overlay,ready", names)
+	if strings.Join(names, ",") != "agent-start,disk,overlay,ready" {
+		t.Fatalf("steps = %v, want agent-start,disk,overlay,ready", names)
 	}
-	if got := steps[1].s[0]; got != (7326-5614)*time.Microsecond {
+	if got := steps[2].delta[0]; got != (7326-5614)*time.Microsecond {
 		t.Errorf("overlay step = %v, want %v", got, (7326-5614)*time.Microsecond)
 	}
 }

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"time"
 	goruntime "runtime"
+	"time"
 
 	"github.com/forkbox/forkbox/internal/agent"
 

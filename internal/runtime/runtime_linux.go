@@ -106,7 +106,9 @@ func (r *Runtime) Create(ctx context.Context, spec Spec) (info *Info, err error)
 	t0 := time.Now()
 	var steps []any
 	step := func(name string) { steps = append(steps, name, time.Since(t0).Microseconds()) }
-	defer func() { r.log.Debug("sandbox create steps (µs since start)", append([]any{"sandbox", spec.ID}, steps...)...) }()
+	defer func() {
+		r.log.Debug("sandbox create steps (µs since start)", append([]any{"sandbox", spec.ID}, steps...)...)
+	}()
 	var undo cleanup
 	defer func() {
 		if err != nil {

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/forkbox/forkbox/api"
+	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/store"
 	"github.com/forkbox/forkbox/internal/store/storetest"
 )
@@ -164,9 +165,7 @@ func TestSQLiteReopenKeepsEverything(t *testing.T) {
 	}
 }
 
-func isConflict(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "already exists")
-}
+func isConflict(err error) bool { return errors.Is(err, errdefs.ErrConflict) }
 
 func schemaRows(t *testing.T, db *sql.DB) map[int]int64 {
 	t.Helper()
