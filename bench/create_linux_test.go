@@ -208,7 +208,7 @@ func benchCreateUnshare(b *testing.B) {
 	unshare, err := exec.LookPath("unshare")
 	if err != nil {
 		tableRow("create → first exec", "unshare", "skipped: unshare(1) not installed (util-linux)", "", "", "", "")
-		b.Skip("skipping baseline: unshare(1) not found (apt package util-linux)")
+		skip(b, "baseline skipped: unshare(1) not found (apt package util-linux)")
 	}
 	runBaseline(b, "unshare (mount,pid,net,ipc,uts,cgroup ns)", func() error {
 		out, err := exec.Command(unshare, "--mount", "--pid", "--net", "--ipc", "--uts", "--cgroup", "--fork", "/bin/true").CombinedOutput()
@@ -228,7 +228,7 @@ func benchCreateRunc(b *testing.B) {
 	runc, err := exec.LookPath("runc")
 	if err != nil {
 		tableRow("create → first exec", "runc", "skipped: runc not installed (apt package runc; `make setup` installs it)", "", "", "", "")
-		b.Skip("skipping baseline: runc not found (apt package runc; `make setup` installs it)")
+		skip(b, "baseline skipped: runc not found (apt package runc; `make setup` installs it)")
 	}
 	bundle := makeRuncBundle(b, runc)
 	state := b.TempDir()

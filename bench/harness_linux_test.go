@@ -35,11 +35,19 @@ func TestMain(m *testing.M) {
 // keepTemp says whether to keep data dirs and daemon logs for inspection.
 var keepTemp = os.Getenv("FORKBOX_BENCH_KEEP") == "1"
 
+// skip skips b, saying why on stdout too: without -v, go test shows no
+// skip messages of benchmarks.
+func skip(b *testing.B, why string) {
+	b.Helper()
+	fmt.Printf("SKIP %s: %s\n", b.Name(), why)
+	b.Skip(why)
+}
+
 // requireRoot skips b unless the process runs as root.
 func requireRoot(b *testing.B) {
 	b.Helper()
 	if os.Geteuid() != 0 {
-		b.Skip("skipping: forkbox benchmarks need root (namespaces, cgroups, mounts); run them as root, e.g. `sudo make bench`")
+		skip(b, "forkbox benchmarks need root (namespaces, cgroups, mounts); run them as root, e.g. `sudo make bench`")
 	}
 }
 
@@ -58,7 +66,7 @@ func forkboxBinary(b *testing.B) string {
 	b.Helper()
 	binOnce.Do(func() { binPath, binSkip, binErr = locateBinary() })
 	if binSkip != "" {
-		b.Skip(binSkip)
+		skip(b, binSkip)
 	}
 	if binErr != nil {
 		b.Fatal(binErr)
@@ -70,7 +78,7 @@ func locateBinary() (path, skip string, err error) {
 	if p := os.Getenv("FORKBOX_BIN"); p != "" {
 		st, err := os.Stat(p)
 		if err != nil || st.IsDir() {
-			return "", fmt.Sprintf("skipping: forkbox binary missing: FORKBOX_BIN=%s does not exist (run `make build`, or unset FORKBOX_BIN to build one)", p), nil
+			return "", fmt.Sprintf("forkbox binary missing: FORKBOX_BIN=%s does not exist (run `make build`, or unset FORKBOX_BIN to build one)", p), nil
 		}
 		return p, "", nil
 	}
@@ -78,7 +86,7 @@ func locateBinary() (path, skip string, err error) {
 	if err != nil {
 		goTool = "/usr/local/go/bin/go"
 		if _, err := os.Stat(goTool); err != nil {
-			return "", "skipping: forkbox binary missing: FORKBOX_BIN is unset and no go tool was found to build one", nil
+			return "", "forkbox binary missing: FORKBOX_BIN is unset and no go tool was found to build one", nil
 		}
 	}
 	root, err := filepath.Abs("..") // go test runs in the package dir, bench/
@@ -86,7 +94,7 @@ func locateBinary() (path, skip string, err error) {
 		return "", "", err
 	}
 	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
-		return "", fmt.Sprintf("skipping: forkbox binary missing: FORKBOX_BIN is unset and %s is not the module root", root), nil
+		return "", fmt.Sprintf("forkbox binary missing: FORKBOX_BIN is unset and %s is not the module root", root), nil
 	}
 	builtDir, err = os.MkdirTemp("", "forkbox-bench-bin-")
 	if err != nil {

@@ -14,7 +14,10 @@
 // same path inside whatever host directory the restore binds there.
 package agent
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
 // Paths inside a sandbox.
 const (
@@ -84,4 +87,22 @@ type ErrorBody struct {
 		Code    string `json:"code"`
 		Message string `json:"message"`
 	} `json:"error"`
+}
+
+// MergeEnv overlays KEY=VALUE entries of b on a.
+func MergeEnv(a, b []string) []string {
+	idx := map[string]int{}
+	out := make([]string, 0, len(a)+len(b))
+	for _, list := range [][]string{a, b} {
+		for _, kv := range list {
+			k, _, _ := strings.Cut(kv, "=")
+			if i, ok := idx[k]; ok {
+				out[i] = kv
+				continue
+			}
+			idx[k] = len(out)
+			out = append(out, kv)
+		}
+	}
+	return out
 }

@@ -298,23 +298,5 @@ func (s *server) runCommand(r *http.Request, req *ExecRequest, env []string, cwd
 	return st
 }
 
-// MergeEnv overlays KEY=VALUE entries of b on a.
-func MergeEnv(a, b []string) []string {
-	idx := map[string]int{}
-	out := make([]string, 0, len(a)+len(b))
-	for _, list := range [][]string{a, b} {
-		for _, kv := range list {
-			k, _, _ := strings.Cut(kv, "=")
-			if i, ok := idx[k]; ok {
-				out[i] = kv
-				continue
-			}
-			idx[k] = len(out)
-			out = append(out, kv)
-		}
-	}
-	return out
-}
-
 // lineReader is used by the client to split the NDJSON stream.
 func lineReader(r io.Reader) *bufio.Reader { return bufio.NewReaderSize(r, 64<<10) }

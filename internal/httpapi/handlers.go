@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/forkbox/forkbox/api"
 	"github.com/forkbox/forkbox/internal/errdefs"
@@ -105,10 +106,25 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 		}
 		stream.send(event, v)
 	}
+	var outBuf, errBuf utf8Carry
 	res, err := s.mgr.Exec(r.Context(), ref, &req, sandbox.ExecOptions{
-		OnStdout: func(b []byte) { emit(api.EventStdout, api.OutputChunk{Data: string(b)}) },
-		OnStderr: func(b []byte) { emit(api.EventStderr, api.OutputChunk{Data: string(b)}) },
+		OnStdout: func(b []byte) {
+			if t := outBuf.take(b); t != "" {
+				emit(api.EventStdout, api.OutputChunk{Data: t})
+			}
+		},
+		OnStderr: func(b []byte) {
+			if t := errBuf.take(b); t != "" {
+				emit(api.EventStderr, api.OutputChunk{Data: t})
+			}
+		},
 	})
+	if t := outBuf.flush(); t != "" {
+		emit(api.EventStdout, api.OutputChunk{Data: t})
+	}
+	if t := errBuf.flush(); t != "" {
+		emit(api.EventStderr, api.OutputChunk{Data: t})
+	}
 	if err != nil {
 		mu.Lock()
 		started := stream != nil
@@ -116,8 +132,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 		if !started {
 			return err
 		}
-		status, code := errdefs.HTTPStatus(err)
-		_ = status
+		_, code := errdefs.HTTPStatus(err)
 		emit(api.EventError, api.ErrorBody{Code: code, Message: err.Error()})
 		return nil
 	}
@@ -215,4 +230,30 @@ func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, http.StatusOK, res)
 	return nil
+}
+
+// utf8Carry holds back the bytes of a UTF-8 sequence that a chunk boundary
+// split, so that each streamed chunk is valid text.
+type utf8Carry struct{ pending []byte }
+
+func (c *utf8Carry) take(b []byte) string {
+	buf := append(c.pending, b...)
+	cut := len(buf)
+	// Look back at most 3 bytes for the start of an incomplete rune.
+	for i := len(buf) - 1; i >= 0 && i >= len(buf)-3; i-- {
+		if utf8.RuneStart(buf[i]) {
+			if !utf8.FullRune(buf[i:]) {
+				cut = i
+			}
+			break
+		}
+	}
+	c.pending = append([]byte(nil), buf[cut:]...)
+	return string(buf[:cut])
+}
+
+func (c *utf8Carry) flush() string {
+	s := string(c.pending)
+	c.pending = nil
+	return s
 }

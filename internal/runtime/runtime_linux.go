@@ -325,6 +325,9 @@ func (r *Runtime) Adopt(ctx context.Context, id string, info *Info) error {
 	if err != nil || start != info.PIDStart {
 		return fmt.Errorf("init process %d is gone", info.PID)
 	}
+	if state, _ := pidState(info.PID); state == "Z" || state == "X" {
+		return fmt.Errorf("init process %d has exited", info.PID)
+	}
 	pidfd, err := unix.PidfdOpen(info.PID, 0)
 	if err != nil {
 		return fmt.Errorf("pidfd_open %d: %w", info.PID, err)
@@ -408,22 +411,41 @@ func (r *Runtime) SandboxDirs() ([]string, error) {
 	return ids, nil
 }
 
+// pidState reads the state letter (field 3 of /proc/PID/stat): R, S, Z, …
+func pidState(pid int) (string, error) {
+	f, err := statFields(pid)
+	if err != nil {
+		return "", err
+	}
+	return f[0], nil
+}
+
 // pidStartTime reads the start time (field 22 of /proc/PID/stat) of pid.
 func pidStartTime(pid int) (uint64, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	f, err := statFields(pid)
 	if err != nil {
 		return 0, err
+	}
+	return strconv.ParseUint(f[19], 10, 64)
+}
+
+// statFields returns the fields of /proc/PID/stat after the command name
+// (field 3 onwards).
+func statFields(pid int) ([]string, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return nil, err
 	}
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	if i < 0 {
-		return 0, fmt.Errorf("parse /proc/%d/stat", pid)
+		return nil, fmt.Errorf("parse /proc/%d/stat", pid)
 	}
 	f := strings.Fields(s[i+1:])
 	if len(f) < 20 {
-		return 0, fmt.Errorf("parse /proc/%d/stat", pid)
+		return nil, fmt.Errorf("parse /proc/%d/stat", pid)
 	}
-	return strconv.ParseUint(f[19], 10, 64)
+	return f, nil
 }
 
 // writeJSON writes v durably: temp file, fsync, rename.
