@@ -115,7 +115,7 @@ func BenchmarkIdleSandboxMemory(b *testing.B) {
 	tableRow("per sandbox: cgroup mean + daemon RSS growth / 50", fmt.Sprintf("%s MiB", f(perSandbox)), verdict(perSandbox, idleTargetMB))
 	tableRow("  cgroup memory (usage.memory_bytes) mean / p95 / max", fmt.Sprintf("%s / %s / %s MiB", f(cgMean), f(cgP95), f(cgMax)), "")
 	tableRow("  daemon RSS growth / 50", fmt.Sprintf("%s MiB (%s → %s MiB)", f(rssPer), f(float64(rssBefore)/mib), f(float64(rssAfter)/mib)), "")
-	tableRow("  processes per sandbox (usage.pids)", f(float64(pids)/idleSandboxes), "")
+	tableRow("  tasks (threads) per sandbox (usage.pids)", f(float64(pids)/idleSandboxes), "")
 	tableRow("host MemAvailable drop / 50 (all costs incl. page cache, kernel; noisy)", fmt.Sprintf("%s MiB", f(hostPer)), "")
 	tableRow(fmt.Sprintf("wall time to create %d (%d in parallel)", idleSandboxes, idleParallel), fmt.Sprintf("%.2f s (%s ms per sandbox)", createWall.Seconds(), f(ms(createWall)/idleSandboxes)), "")
 

@@ -181,3 +181,24 @@ func TestCreateGetListDelete(t *testing.T) {
 		t.Fatal("reused id")
 	}
 }
+
+// TestAgentReapsOrphans: processes whose parent died are re-parented to the
+// agent (PID 1), which must reap them so no zombie piles up.
+func TestAgentReapsOrphans(t *testing.T) {
+	needRoot(t)
+	sb := newSandbox(t, shared, api.CreateSandboxRequest{})
+	for i := 0; i < 3; i++ {
+		sh(t, shared, sb.ID, "(sleep 0.2 &) ; (sleep 0.1 & sleep 0.1 &) ; true")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		res := run(t, shared, sb.ID, "ps", "-e", "-o", "stat=,ppid=,comm=")
+		if !strings.Contains(res.Stdout, "Z") && !strings.Contains(res.Stdout, "sleep") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("orphans not reaped:\n%s", res.Stdout)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
