@@ -104,9 +104,15 @@ func (r *Runtime) Create(ctx context.Context, spec Spec) (info *Info, err error)
 	dir := r.Dir(spec.ID)
 	info = &Info{Dir: dir, CgroupDir: r.cfg.CgroupParent}
 	t0 := time.Now()
-	var steps []any
-	step := func(name string) { steps = append(steps, name, time.Since(t0).Microseconds()) }
+	var (
+		stepMu sync.Mutex
+		steps  []any
+	)
+	addStep := func(name string, us int64) { stepMu.Lock(); steps = append(steps, name, us); stepMu.Unlock() }
+	step := func(name string) { addStep(name, time.Since(t0).Microseconds()) }
 	defer func() {
+		stepMu.Lock()
+		defer stepMu.Unlock()
 		r.log.Debug("sandbox create steps (µs since start)", append([]any{"sandbox", spec.ID}, steps...)...)
 	}()
 	var undo cleanup
@@ -232,7 +238,7 @@ func (r *Runtime) Create(ctx context.Context, spec Spec) (info *Info, err error)
 	cfgW.Close()
 
 	if err := waitReady(ctx, statR, func(step string, at int64) {
-		steps = append(steps, step, at-t0.UnixMicro())
+		addStep(step, at-t0.UnixMicro())
 	}); err != nil {
 		return nil, err
 	}
