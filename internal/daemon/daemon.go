@@ -75,6 +75,7 @@ type Daemon struct {
 	log   *slog.Logger
 	store *store.SQLite
 	mgr   *sandbox.Manager
+	rt    *runtime.Runtime
 	http  *http.Server
 	ln    net.Listener
 }
@@ -124,6 +125,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, err
 	}
+	d.rt = rt
 	defaults := cfg.Defaults
 	if defaults == (sandbox.Defaults{}) {
 		defaults = sandbox.DefaultDefaults
@@ -167,6 +169,14 @@ func (d *Daemon) Serve(ctx context.Context) error {
 func (d *Daemon) Close() {
 	if d.mgr != nil {
 		d.mgr.Close()
+	}
+	if d.rt != nil {
+		d.rt.Close()
+		if d.mgr != nil && d.mgr.LiveCount() == 0 {
+			if err := d.rt.ReleaseMounts(); err != nil {
+				d.log.Warn("release sandboxes mount", "err", err)
+			}
+		}
 	}
 	if d.store != nil {
 		d.store.Close()

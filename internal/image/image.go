@@ -21,10 +21,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/forkbox/forkbox/internal/lazyre"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -113,7 +113,7 @@ func Open(dir string) (*Store, error) {
 // Dir returns the store's absolute directory.
 func (s *Store) Dir() string { return s.dir }
 
-var validName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
+var validName = lazyre.New(`^[a-z0-9][a-z0-9._-]{0,63}$`)
 
 // Get returns the image called name. The error wraps errdefs.ErrNotFound
 // when there is none, and errdefs.ErrInvalidArgument for a malformed name.

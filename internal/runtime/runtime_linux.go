@@ -49,6 +49,9 @@ type Runtime struct {
 
 	mu        sync.Mutex
 	destroyed map[string]bool // ids whose exit is expected
+	inits     chan *initProc  // pre-started init processes
+	refilling bool
+	closed    bool
 }
 
 // New checks the host and returns a Runtime.
@@ -74,7 +77,17 @@ func New(cfg Config) (*Runtime, error) {
 			return nil, err
 		}
 	}
-	return &Runtime{cfg: cfg, disks: &diskCache{dir: cfg.CacheDir}, log: cfg.Logger, destroyed: map[string]bool{}}, nil
+	// Init processes are started ahead of need, in a copy of the host's mount
+	// table; the mounts a create makes later under the sandboxes dir reach
+	// them because that dir is a shared mount (propagation), until each init
+	// makes its tree private.
+	if err := ensureSharedMount(cfg.Dir); err != nil {
+		return nil, fmt.Errorf("sandboxes dir %s: %w", cfg.Dir, err)
+	}
+	r := &Runtime{cfg: cfg, disks: &diskCache{dir: cfg.CacheDir}, log: cfg.Logger, destroyed: map[string]bool{},
+		inits: make(chan *initProc, initPoolSize)}
+	r.refillInits()
+	return r, nil
 }
 
 // Dir returns the host directory of sandbox id.
@@ -178,30 +191,13 @@ func (r *Runtime) Create(ctx context.Context, spec Spec) (info *Info, err error)
 
 	step("cgroup")
 	// The first process: new namespaces, waiting for its config on fd 3.
-	cfgR, cfgW, err := os.Pipe()
+	z, err := r.takeInit()
 	if err != nil {
 		return nil, err
 	}
+	cmd, cfgW, statR := z.cmd, z.cfgW, z.statR
 	defer cfgW.Close()
-	statR, statW, err := os.Pipe()
-	if err != nil {
-		cfgR.Close()
-		return nil, err
-	}
 	defer statR.Close()
-	cmd := exec.Command(r.cfg.Binary, "__sandbox-init")
-	cmd.ExtraFiles = []*os.File{cfgR, statW}
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET |
-			syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
-		Setsid: true,
-	}
-	err = cmd.Start()
-	cfgR.Close()
-	statW.Close()
-	if err != nil {
-		return nil, fmt.Errorf("start sandbox init: %w", err)
-	}
 	step("start")
 	pid := cmd.Process.Pid
 	undo.add(func() error { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait(); return nil })
@@ -248,6 +244,183 @@ func (r *Runtime) Create(ctx context.Context, spec Spec) (info *Info, err error)
 		return exitReason(err)
 	})
 	return info, nil
+}
+
+// initProc is a sandbox's first process, started ahead of need: it sits in
+// fresh namespaces, blocked reading its config, having paid the Go runtime's
+// start (~20 ms for this binary) already.
+type initProc struct {
+	cmd   *exec.Cmd
+	cfgW  *os.File // its fd 3
+	statR *os.File // its fd 4
+}
+
+// initPoolSize is how many started init processes the runtime keeps ready.
+const initPoolSize = 2
+
+func (r *Runtime) startInit() (*initProc, error) {
+	cfgR, cfgW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	statR, statW, err := os.Pipe()
+	if err != nil {
+		cfgR.Close()
+		cfgW.Close()
+		return nil, err
+	}
+	cmd := exec.Command(r.cfg.Binary, "__sandbox-init")
+	cmd.ExtraFiles = []*os.File{cfgR, statW}
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET |
+			syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
+		Setsid: true,
+	}
+	err = cmd.Start()
+	cfgR.Close()
+	statW.Close()
+	if err != nil {
+		cfgW.Close()
+		statR.Close()
+		return nil, fmt.Errorf("start sandbox init: %w", err)
+	}
+	return &initProc{cmd: cmd, cfgW: cfgW, statR: statR}, nil
+}
+
+// takeInit hands out a ready init process, or starts one if none is ready,
+// and refills the pool in the background.
+func (r *Runtime) takeInit() (*initProc, error) {
+	defer r.refillInits()
+	select {
+	case z := <-r.inits:
+		// One that died meanwhile (killed from outside) is replaced.
+		if z.cmd.ProcessState == nil && unix.Kill(z.cmd.Process.Pid, 0) == nil {
+			return z, nil
+		}
+		z.discard()
+	default:
+	}
+	return r.startInit()
+}
+
+func (r *Runtime) refillInits() {
+	r.mu.Lock()
+	if r.refilling || r.closed {
+		r.mu.Unlock()
+		return
+	}
+	r.refilling = true
+	r.mu.Unlock()
+	go func() {
+		defer func() { r.mu.Lock(); r.refilling = false; r.mu.Unlock() }()
+		for len(r.inits) < cap(r.inits) {
+			z, err := r.startInit()
+			if err != nil {
+				r.log.Warn("pre-start sandbox init", "err", err)
+				return
+			}
+			r.mu.Lock()
+			closed := r.closed
+			r.mu.Unlock()
+			if closed {
+				z.discard()
+				return
+			}
+			select {
+			case r.inits <- z:
+			default:
+				z.discard()
+				return
+			}
+		}
+	}()
+}
+
+func (z *initProc) discard() {
+	z.cfgW.Close()
+	z.statR.Close()
+	_ = z.cmd.Process.Kill()
+	_ = z.cmd.Wait()
+}
+
+// ensureSharedMount makes dir a mount point of its own with shared
+// propagation. It is idempotent: a dir that is already a mount point (after a
+// daemon restart, with sandboxes mounted below it) is only marked shared.
+func ensureSharedMount(dir string) error {
+	mounted, err := isMountPoint(dir)
+	if err != nil {
+		return err
+	}
+	if !mounted {
+		if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind: %w", err)
+		}
+	}
+	if err := unix.Mount("", dir, "", unix.MS_SHARED, ""); err != nil {
+		return fmt.Errorf("make shared: %w", err)
+	}
+	return nil
+}
+
+// isMountPoint reports whether path is the mount point of a mount in this
+// mount namespace.
+func isMountPoint(path string) (bool, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return false, err
+	}
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return false, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && unescapeMountPath(f[4]) == abs {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// unescapeMountPath undoes the octal escapes of /proc/self/mountinfo.
+func unescapeMountPath(s string) string {
+	if !strings.Contains(s, "\\") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// ReleaseMounts unmounts the sandboxes dir's own mount. Call it only when no
+// sandbox is left (a daemon that stops with sandboxes running keeps it so the
+// next start adopts them).
+func (r *Runtime) ReleaseMounts() error {
+	return unmount(r.cfg.Dir)
+}
+
+// Close stops the pre-started init processes. Sandboxes keep running.
+func (r *Runtime) Close() {
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
+	for {
+		select {
+		case z := <-r.inits:
+			z.discard()
+		default:
+			return
+		}
+	}
 }
 
 // waitReady reads the status pipe: the agent writes "ok" once it serves, and

@@ -49,6 +49,7 @@ func testRuntime(t *testing.T) (*Runtime, *image.Image) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { rt.Close(); rt.ReleaseMounts() })
 	return rt, img
 }
 

@@ -157,3 +157,10 @@ func (m *Manager) flushActivity(ctx context.Context) {
 		l.mu.Unlock()
 	}
 }
+
+// LiveCount is the number of sandboxes this Manager runs.
+func (m *Manager) LiveCount() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.live)
+}

@@ -15,10 +15,10 @@ import (
 	"encoding/base32"
 	"errors"
 	"fmt"
+	"github.com/forkbox/forkbox/internal/lazyre"
 	"io"
 	"log/slog"
 	"maps"
-	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -122,8 +122,8 @@ func newID(prefix string) string {
 }
 
 var (
-	nameRE   = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
-	envKeyRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	nameRE   = lazyre.New(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+	envKeyRE = lazyre.New(`^[A-Za-z_][A-Za-z0-9_]*$`)
 )
 
 func rangeErr(field string, v any, lo, hi any) error {
