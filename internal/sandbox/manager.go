@@ -417,14 +417,13 @@ func (m *Manager) terminate(ctx context.Context, id, reason string) (*api.Sandbo
 // acquire finds a running sandbox for a call, marks it busy and active. The
 // returned release must be called when the call ends.
 func (m *Manager) acquire(ctx context.Context, ref string) (*live, func(), error) {
-	sb, err := m.store.Get(ctx, ref)
-	if err != nil {
-		return nil, nil, err
-	}
-	m.mu.Lock()
-	l := m.live[sb.ID]
-	m.mu.Unlock()
-	if l == nil || sb.State != api.StateRunning {
+	l := m.findLive(ref)
+	if l == nil {
+		// Not running here: the store says why (unknown, terminated, …).
+		sb, err := m.store.Get(ctx, ref)
+		if err != nil {
+			return nil, nil, err
+		}
 		msg := fmt.Sprintf("sandbox %s is %s", sb.ID, sb.State)
 		if sb.StateReason != "" {
 			msg += " (" + sb.StateReason + ")"
@@ -444,6 +443,25 @@ func (m *Manager) acquire(ctx context.Context, ref string) (*live, func(), error
 		l.mu.Unlock()
 		l.touch(m.now())
 	}, nil
+}
+
+// findLive finds a running sandbox by id or name without touching the store
+// (the hot path of every exec and file call).
+func (m *Manager) findLive(ref string) *live {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if l := m.live[ref]; l != nil {
+		return l
+	}
+	if ref == "" {
+		return nil
+	}
+	for _, l := range m.live {
+		if l.name == ref {
+			return l
+		}
+	}
+	return nil
 }
 
 // agentErr explains an agent failure: if the sandbox went away meanwhile the

@@ -44,6 +44,8 @@ var migrations = []string{
 		at         INTEGER NOT NULL
 	);
 	CREATE INDEX sandbox_events_sandbox ON sandbox_events(sandbox_id, id);`,
+	// 2: lookups by name (Get's "id or name") use an index for every state.
+	`CREATE INDEX sandboxes_name ON sandboxes(name);`,
 }
 
 // SQLite is the embedded Store: one database file in the data directory,
