@@ -19,6 +19,8 @@ PACKAGES=(
 	python3-scipy
 	python3-seaborn
 	python3-sklearn
+	# A second language for code contexts: R through its Jupyter kernel.
+	r-cran-irkernel
 	fonts-dejavu-core
 	ca-certificates
 	# Runtime: filesystems, networking, process and mount tools.

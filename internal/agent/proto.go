@@ -17,6 +17,8 @@ package agent
 import (
 	"strings"
 	"time"
+
+	"github.com/forkbox/forkbox/api"
 )
 
 // Paths inside a sandbox.
@@ -79,6 +81,35 @@ type FileEntry struct {
 	Size    int64     `json:"size"`
 	Mode    string    `json:"mode"`
 	ModTime time.Time `json:"mod_time"`
+}
+
+// CreateContextRequest asks the agent for a new code context.
+type CreateContextRequest struct {
+	Language string   `json:"language,omitempty"`
+	Cwd      string   `json:"cwd,omitempty"`
+	Env      []string `json:"env,omitempty"`
+}
+
+// CodeRequest runs a cell in a context ("" or "default": the language's default).
+type CodeRequest struct {
+	Code      string            `json:"code"`
+	Language  string            `json:"language,omitempty"`
+	Context   string            `json:"context,omitempty"`
+	TimeoutMS int64             `json:"timeout_ms,omitempty"`
+	Env       map[string]string `json:"env,omitempty"` // for this cell only (Python)
+}
+
+// CodeEvent is one line of the agent's NDJSON code stream: "stdout",
+// "stderr", "result", "error" while the cell runs, then "done" with the
+// execution, or "failure" if the call itself failed.
+type CodeEvent struct {
+	Type      string              `json:"type"`
+	Text      string              `json:"text,omitempty"`
+	Result    map[string]any      `json:"result,omitempty"`
+	Error     *api.ExecutionError `json:"error,omitempty"`
+	Execution *api.Execution      `json:"execution,omitempty"`
+	ContextID string              `json:"context_id,omitempty"`
+	PID       int                 `json:"pid,omitempty"` // the kernel's pid inside the sandbox
 }
 
 // ErrorBody is the agent's error answer.

@@ -74,7 +74,7 @@ func run(status *os.File) error {
 		return fmt.Errorf("harden: %w", err)
 	}
 	trace("agent-hardened")
-	s := &server{cfg: cfg, log: log, reaper: newReaper()}
+	s := &server{cfg: cfg, log: log, reaper: newReaper(), ctxs: contexts{byID: map[string]*codeContext{}}}
 	if s.rootFD, err = unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
 		return err
 	}
@@ -101,6 +101,7 @@ type server struct {
 	log    *slog.Logger
 	reaper *reaper
 	rootFD int
+	ctxs   contexts
 }
 
 func (s *server) routes() http.Handler {
@@ -113,6 +114,12 @@ func (s *server) routes() http.Handler {
 	mux.HandleFunc("PUT /files", s.handleWrite)
 	mux.HandleFunc("DELETE /files", s.handleRemove)
 	mux.HandleFunc("GET /files/list", s.handleList)
+	mux.HandleFunc("POST /code", s.handleCode)
+	mux.HandleFunc("POST /contexts", s.handleCreateContext)
+	mux.HandleFunc("GET /contexts", s.handleListContexts)
+	mux.HandleFunc("DELETE /contexts/{id}", s.handleDeleteContext)
+	mux.HandleFunc("POST /contexts/{id}/interrupt", s.handleInterruptContext)
+	mux.HandleFunc("POST /contexts/{id}/restart", s.handleRestartContext)
 	return mux
 }
 

@@ -97,6 +97,12 @@ func (s *Server) routes() {
 	h("PUT /v1/sandboxes/{sandbox}/files", s.writeFile)
 	h("DELETE /v1/sandboxes/{sandbox}/files", s.removeFile)
 	h("GET /v1/sandboxes/{sandbox}/files/list", s.listFiles)
+	h("POST /v1/sandboxes/{sandbox}/code", s.runCode)
+	h("POST /v1/sandboxes/{sandbox}/contexts", s.createContext)
+	h("GET /v1/sandboxes/{sandbox}/contexts", s.listContexts)
+	h("DELETE /v1/sandboxes/{sandbox}/contexts/{id}", s.contextAction(sandbox.ContextDelete))
+	h("POST /v1/sandboxes/{sandbox}/contexts/{id}/interrupt", s.contextAction(sandbox.ContextInterrupt))
+	h("POST /v1/sandboxes/{sandbox}/contexts/{id}/restart", s.contextAction(sandbox.ContextRestart))
 	h("/", func(w http.ResponseWriter, r *http.Request) error {
 		return errdefs.NotFound("no route for %s %s", r.Method, r.URL.Path)
 	})
@@ -185,6 +191,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
 	enc.SetIndent("", "  ")
 	enc.Encode(v)
 }

@@ -10,6 +10,7 @@ type Metrics struct {
 	createSeconds  prometheus.Histogram
 	createFailures prometheus.Counter
 	execSeconds    prometheus.Histogram
+	codeSeconds    prometheus.Histogram
 	terminated     *prometheus.CounterVec
 }
 
@@ -26,6 +27,10 @@ func newMetrics() *Metrics {
 			Name: "forkbox_exec_seconds", Help: "Duration of exec calls.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
 		}),
+		codeSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "forkbox_code_seconds", Help: "Duration of run_code calls.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 18),
+		}),
 		terminated: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "forkbox_sandbox_terminations_total", Help: "Sandboxes terminated, by reason.",
 		}, []string{"reason"}),
@@ -34,7 +39,7 @@ func newMetrics() *Metrics {
 
 // Register adds the Manager's metrics, including live per-sandbox gauges, to reg.
 func (m *Manager) Register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.metrics.createSeconds, m.metrics.createFailures, m.metrics.execSeconds, m.metrics.terminated, (*usageCollector)(m)} {
+	for _, c := range []prometheus.Collector{m.metrics.createSeconds, m.metrics.createFailures, m.metrics.execSeconds, m.metrics.codeSeconds, m.metrics.terminated, (*usageCollector)(m)} {
 		if err := reg.Register(c); err != nil {
 			return err
 		}

@@ -1,0 +1,67 @@
+package api
+
+import "time"
+
+// RunCodeRequest is the body of POST /v1/sandboxes/{sandbox}/code.
+type RunCodeRequest struct {
+	Code      string            `json:"code"`
+	Language  string            `json:"language,omitempty"`   // "python" (default) or a kernelspec name
+	Context   string            `json:"context,omitempty"`    // a context id, or "default" (the language's default context)
+	TimeoutMS *int64            `json:"timeout_ms,omitempty"` // the cell is interrupted after this
+	Env       map[string]string `json:"env,omitempty"`        // set for this cell only (Python)
+}
+
+// Execution is the result of running code in a context (SPEC §4).
+type Execution struct {
+	Logs           Logs             `json:"logs"`
+	Results        []map[string]any `json:"results"`
+	Error          *ExecutionError  `json:"error"`
+	ExecutionCount int              `json:"execution_count"`
+	ContextID      string           `json:"context_id,omitempty"`
+	DurationMS     int64            `json:"duration_ms"`
+}
+
+// Logs are what the code printed, in order.
+type Logs struct {
+	Stdout []string `json:"stdout"`
+	Stderr []string `json:"stderr"`
+}
+
+// ExecutionError is a failed cell: NameError, SyntaxError, TimeoutError,
+// KernelDied, …
+type ExecutionError struct {
+	Name      string   `json:"name"`
+	Value     string   `json:"value"`
+	Traceback []string `json:"traceback"`
+}
+
+// SSE event names of a streaming run_code. stdout/stderr carry OutputChunk,
+// result one result object, error an ExecutionError, done the Execution.
+const (
+	EventResult = "result"
+	EventDone   = "done"
+)
+
+// CreateContextRequest is the body of POST /v1/sandboxes/{sandbox}/contexts.
+type CreateContextRequest struct {
+	Language string            `json:"language,omitempty"` // default "python"
+	Cwd      string            `json:"cwd,omitempty"`      // default /workspace
+	Env      map[string]string `json:"env,omitempty"`
+}
+
+// Context is a kernel-backed code context in a sandbox.
+type Context struct {
+	ID             string    `json:"id"`
+	Language       string    `json:"language"`
+	Kernel         string    `json:"kernel"` // kernelspec name
+	Cwd            string    `json:"cwd"`
+	Default        bool      `json:"default"`
+	State          string    `json:"state"` // "new" (no kernel yet), "idle", "busy", "dead"
+	ExecutionCount int       `json:"execution_count"`
+	CreatedAt      time.Time `json:"created_at"`
+}
+
+// ContextList is the body of GET /v1/sandboxes/{sandbox}/contexts.
+type ContextList struct {
+	Contexts []Context `json:"contexts"`
+}

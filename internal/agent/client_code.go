@@ -1,0 +1,116 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/forkbox/forkbox/api"
+	"github.com/forkbox/forkbox/internal/errdefs"
+)
+
+// CodeDone is the end of a cell: its execution, the context that ran it and
+// the kernel's pid inside the sandbox.
+type CodeDone struct {
+	Execution *api.Execution
+	ContextID string
+	PID       int
+}
+
+// RunCode runs a cell and calls onEvent for each event while it runs.
+func (c *Client) RunCode(ctx context.Context, req *CodeRequest, onEvent func(CodeEvent)) (*CodeDone, error) {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.do(ctx, http.MethodPost, "/code", nil, bytes.NewReader(b), "application/json")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	dec := json.NewDecoder(lineReader(resp.Body))
+	for {
+		var ev CodeEvent
+		if err := dec.Decode(&ev); err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, fmt.Errorf("code stream from sandbox agent broke: %w", err)
+		}
+		switch ev.Type {
+		case "done":
+			if ev.Execution == nil {
+				return nil, errors.New("sandbox agent sent no execution")
+			}
+			return &CodeDone{Execution: ev.Execution, ContextID: ev.ContextID, PID: ev.PID}, nil
+		case "failure":
+			return nil, errors.New(ev.Text)
+		default:
+			if onEvent != nil {
+				onEvent(ev)
+			}
+		}
+	}
+}
+
+func (c *Client) jsonCall(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	resp, err := c.do(ctx, method, path, nil, body, "application/json")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if out == nil {
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("decode agent answer: %w", err)
+	}
+	return nil
+}
+
+// CreateContext starts a new code context.
+func (c *Client) CreateContext(ctx context.Context, req *CreateContextRequest) (*api.Context, error) {
+	var out api.Context
+	return &out, c.jsonCall(ctx, http.MethodPost, "/contexts", req, &out)
+}
+
+// ListContexts lists the sandbox's code contexts.
+func (c *Client) ListContexts(ctx context.Context) ([]api.Context, error) {
+	var out []api.Context
+	return out, c.jsonCall(ctx, http.MethodGet, "/contexts", nil, &out)
+}
+
+// DeleteContext shuts a context's kernel down and forgets it.
+func (c *Client) DeleteContext(ctx context.Context, id string) error {
+	if id == "" {
+		return errdefs.InvalidArgument("context id is empty")
+	}
+	return c.jsonCall(ctx, http.MethodDelete, "/contexts/"+id, nil, nil)
+}
+
+// InterruptContext interrupts the cell running in a context.
+func (c *Client) InterruptContext(ctx context.Context, id string) (*api.Context, error) {
+	var out api.Context
+	return &out, c.jsonCall(ctx, http.MethodPost, "/contexts/"+id+"/interrupt", nil, &out)
+}
+
+// RestartContext restarts a context's kernel; its variables are gone.
+func (c *Client) RestartContext(ctx context.Context, id string) (*api.Context, error) {
+	var out api.Context
+	return &out, c.jsonCall(ctx, http.MethodPost, "/contexts/"+id+"/restart", nil, &out)
+}

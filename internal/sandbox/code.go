@@ -1,0 +1,162 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"github.com/forkbox/forkbox/internal/lazyre"
+	"strings"
+	"time"
+
+	"github.com/forkbox/forkbox/api"
+	"github.com/forkbox/forkbox/internal/agent"
+	"github.com/forkbox/forkbox/internal/errdefs"
+)
+
+var (
+	contextIDRE = lazyre.New(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+	languageRE  = lazyre.New(`^[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}$`)
+)
+
+// CodeOptions streams a cell's events while it runs; nil callbacks are skipped.
+type CodeOptions struct {
+	OnEvent func(agent.CodeEvent)
+}
+
+// RunCode runs a cell in a context of a sandbox (SPEC §4).
+func (m *Manager) RunCode(ctx context.Context, ref string, req *api.RunCodeRequest, opts CodeOptions) (*api.Execution, error) {
+	areq := &agent.CodeRequest{Code: req.Code, Language: req.Language, Context: req.Context}
+	if req.Language != "" && !languageRE.MatchString(req.Language) {
+		return nil, errdefs.InvalidArgument("language: %q is not a language or kernel name", req.Language)
+	}
+	if req.Context != "" && req.Context != "default" && !contextIDRE.MatchString(req.Context) {
+		return nil, errdefs.InvalidArgument("context: %q is not a context id", req.Context)
+	}
+	if req.TimeoutMS != nil {
+		if *req.TimeoutMS < 1 || *req.TimeoutMS > 86_400_000 {
+			return nil, rangeErr("timeout_ms", *req.TimeoutMS, 1, 86_400_000)
+		}
+		areq.TimeoutMS = *req.TimeoutMS
+	}
+	if len(req.Env) > 0 {
+		for k := range req.Env {
+			if !envKeyRE.MatchString(k) {
+				return nil, errdefs.InvalidArgument("env: %q is not a valid variable name", k)
+			}
+		}
+		areq.Env = req.Env
+	}
+	l, release, err := m.acquire(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	before := m.rt.Usage(l.id).OOMKills
+	start := time.Now()
+	done, err := l.agent.RunCode(ctx, areq, opts.OnEvent)
+	m.metrics.codeSeconds.Observe(time.Since(start).Seconds())
+	if err != nil {
+		return nil, m.agentErr(l, err)
+	}
+	exec := done.Execution
+	exec.ContextID = done.ContextID
+	exec.DurationMS = time.Since(start).Milliseconds()
+	if exec.Error != nil && exec.Error.Name == "KernelDied" && m.rt.Usage(l.id).OOMKills > before {
+		exec.Error.Value = fmt.Sprintf("the kernel ran out of memory and was killed (the sandbox's memory_mb limit was reached): %s", exec.Error.Value)
+	}
+	normalize(exec)
+	return exec, nil
+}
+
+// normalize makes empty lists [] rather than null, as the contract shows.
+func normalize(e *api.Execution) {
+	if e.Logs.Stdout == nil {
+		e.Logs.Stdout = []string{}
+	}
+	if e.Logs.Stderr == nil {
+		e.Logs.Stderr = []string{}
+	}
+	if e.Results == nil {
+		e.Results = []map[string]any{}
+	}
+	if e.Error != nil && e.Error.Traceback == nil {
+		e.Error.Traceback = []string{}
+	}
+}
+
+// CreateContext starts a new code context in a sandbox.
+func (m *Manager) CreateContext(ctx context.Context, ref string, req *api.CreateContextRequest) (*api.Context, error) {
+	if req.Language != "" && !languageRE.MatchString(req.Language) {
+		return nil, errdefs.InvalidArgument("language: %q is not a language or kernel name", req.Language)
+	}
+	areq := &agent.CreateContextRequest{Language: req.Language, Cwd: req.Cwd}
+	for _, k := range sortedKeys(req.Env) {
+		if !envKeyRE.MatchString(k) {
+			return nil, errdefs.InvalidArgument("env: %q is not a valid variable name", k)
+		}
+		areq.Env = append(areq.Env, k+"="+req.Env[k])
+	}
+	l, release, err := m.acquire(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	c, err := l.agent.CreateContext(ctx, areq)
+	if err != nil {
+		return nil, m.agentErr(l, err)
+	}
+	return c, nil
+}
+
+// ListContexts lists the code contexts of a sandbox.
+func (m *Manager) ListContexts(ctx context.Context, ref string) ([]api.Context, error) {
+	l, release, err := m.acquire(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	list, err := l.agent.ListContexts(ctx)
+	if err != nil {
+		return nil, m.agentErr(l, err)
+	}
+	if list == nil {
+		list = []api.Context{}
+	}
+	return list, nil
+}
+
+// ContextAction is what can be done to an existing context.
+type ContextAction string
+
+// Context actions.
+const (
+	ContextDelete    ContextAction = "delete"
+	ContextInterrupt ContextAction = "interrupt"
+	ContextRestart   ContextAction = "restart"
+)
+
+// ActOnContext deletes, interrupts or restarts a context.
+func (m *Manager) ActOnContext(ctx context.Context, ref, id string, action ContextAction) (*api.Context, error) {
+	if !contextIDRE.MatchString(id) || strings.Contains(id, "..") {
+		return nil, errdefs.InvalidArgument("context: %q is not a context id", id)
+	}
+	l, release, err := m.acquire(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	var c *api.Context
+	switch action {
+	case ContextDelete:
+		err = l.agent.DeleteContext(ctx, id)
+	case ContextInterrupt:
+		c, err = l.agent.InterruptContext(ctx, id)
+	case ContextRestart:
+		c, err = l.agent.RestartContext(ctx, id)
+	default:
+		return nil, errdefs.InvalidArgument("unknown context action %q", action)
+	}
+	if err != nil {
+		return nil, m.agentErr(l, err)
+	}
+	return c, nil
+}
