@@ -139,3 +139,45 @@ type ErrorBody struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 }
+
+// Snapshot types.
+const (
+	SnapshotFilesystem = "filesystem"
+	SnapshotMemory     = "memory"
+)
+
+// CheckpointRequest is the body of POST /v1/sandboxes/{sandbox}/checkpoint.
+type CheckpointRequest struct {
+	Type string `json:"type,omitempty"` // "filesystem" (default) or "memory"
+	Name string `json:"name,omitempty"`
+}
+
+// Snapshot is a saved state of a sandbox.
+type Snapshot struct {
+	ID        string    `json:"id"`
+	Type      string    `json:"type"`
+	Name      string    `json:"name,omitempty"`
+	SandboxID string    `json:"sandbox_id"`
+	ParentID  string    `json:"parent_id,omitempty"`
+	Image     string    `json:"image"`
+	SizeBytes int64     `json:"size_bytes"`
+	PausedMS  int64     `json:"paused_ms"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// SnapshotList is the body of GET /v1/snapshots.
+type SnapshotList struct {
+	Snapshots []Snapshot `json:"snapshots"`
+}
+
+// ForkRequest is the body of POST /v1/sandboxes/{sandbox}/fork.
+type ForkRequest struct {
+	Count int      `json:"count"`
+	Names []string `json:"names,omitempty"`
+}
+
+// ForkResult answers a fork: the memory snapshot and the new sandboxes.
+type ForkResult struct {
+	Snapshot  Snapshot  `json:"snapshot"`
+	Sandboxes []Sandbox `json:"sandboxes"`
+}

@@ -10,9 +10,12 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 
 	"github.com/forkbox/forkbox/internal/errdefs"
+	"golang.org/x/sys/unix"
 )
 
 // Client talks to one sandbox's agent over its Unix socket. Connections are
@@ -20,23 +23,51 @@ import (
 type Client struct {
 	socket string
 	hc     *http.Client
+	dir    *os.File // held open when the socket is reached through it
 }
+
+// maxSocketPath is what fits in sockaddr_un.sun_path with its NUL.
+const maxSocketPath = 107
 
 // NewClient returns a client for the agent listening on socket (a host path).
 func NewClient(socket string) *Client {
+	addr := socket
+	if len(socket) > maxSocketPath {
+		// Deep data dirs make paths longer than a socket address holds:
+		// reach the socket through an open handle on its directory instead.
+		// The *os.File keeps the handle open as long as the client lives.
+		if dir, err := os.OpenFile(filepath.Dir(socket), unix.O_PATH|unix.O_DIRECTORY, 0); err == nil {
+			addr = fmt.Sprintf("/proc/self/fd/%d/%s", dir.Fd(), filepath.Base(socket))
+			c := newClient(addr)
+			c.dir = dir
+			return c
+		}
+	}
+	return newClient(addr)
+}
+
+func newClient(addr string) *Client {
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
-			return d.DialContext(ctx, "unix", socket)
+			return d.DialContext(ctx, "unix", addr)
 		},
 		MaxIdleConnsPerHost: 4,
 		DisableCompression:  true,
 	}
-	return &Client{socket: socket, hc: &http.Client{Transport: tr}}
+	return &Client{socket: addr, hc: &http.Client{Transport: tr}}
 }
 
 // CloseIdle closes idle connections to the agent.
 func (c *Client) CloseIdle() { c.hc.CloseIdleConnections() }
+
+// Close releases the client's connections and handles.
+func (c *Client) Close() {
+	c.hc.CloseIdleConnections()
+	if c.dir != nil {
+		c.dir.Close()
+	}
+}
 
 func (c *Client) do(ctx context.Context, method, path string, q url.Values, body io.Reader, ctype string) (*http.Response, error) {
 	u := "http://agent" + path

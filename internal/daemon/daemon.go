@@ -20,6 +20,7 @@ import (
 	"github.com/forkbox/forkbox/internal/netsetup"
 	"github.com/forkbox/forkbox/internal/runtime"
 	"github.com/forkbox/forkbox/internal/sandbox"
+	"github.com/forkbox/forkbox/internal/snapshot"
 	"github.com/forkbox/forkbox/internal/store"
 )
 
@@ -130,7 +131,11 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if defaults == (sandbox.Defaults{}) {
 		defaults = sandbox.DefaultDefaults
 	}
-	mgr = sandbox.New(d.store, rt, images, defaults, log)
+	snaps, err := snapshot.Open(filepath.Join(cfg.DataDir, "snapshots"))
+	if err != nil {
+		return nil, err
+	}
+	mgr = sandbox.New(d.store, rt, images, snaps, defaults, log)
 	if err := mgr.Start(ctx); err != nil {
 		return nil, fmt.Errorf("reconcile sandboxes: %w", err)
 	}

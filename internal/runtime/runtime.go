@@ -42,6 +42,9 @@ type Spec struct {
 	DiskMB        int64
 	AllowInternet bool
 	Env           []string // KEY=VALUE added to the image's env for every process
+	// FromFS, when set, is a tar of a writable layer (ExportFS) that the new
+	// sandbox starts with: a cold boot from a filesystem snapshot.
+	FromFS string
 }
 
 // Info is where a sandbox lives on the host. The caller persists it (as JSON)

@@ -151,6 +151,11 @@ func (r *Runtime) Create(ctx context.Context, spec Spec) (info *Info, err error)
 	if err := mountDisk(r.disks, dir, spec.DiskMB); err != nil {
 		return nil, fmt.Errorf("writable layer: %w", err)
 	}
+	if spec.FromFS != "" {
+		if err := importFS(ctx, spec.FromFS, filepath.Join(dir, "disk", "upper")); err != nil {
+			return nil, err
+		}
+	}
 	step("disk")
 	rootfs := filepath.Join(dir, "rootfs")
 	if err := os.Mkdir(rootfs, 0o755); err != nil {

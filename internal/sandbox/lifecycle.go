@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/forkbox/forkbox/api"
@@ -71,6 +72,9 @@ func (m *Manager) Start(ctx context.Context) error {
 		if err := m.rt.Destroy(ctx, id, &runtime.Info{}); err != nil {
 			m.log.Error("remove leftover sandbox dir", "sandbox", id, "err", err)
 		}
+	}
+	if err := m.reconcileSnapshots(ctx); err != nil {
+		return fmt.Errorf("reconcile snapshots: %w", err)
 	}
 	go m.reapLoop()
 	return nil

@@ -29,6 +29,7 @@ import (
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/image"
 	"github.com/forkbox/forkbox/internal/runtime"
+	"github.com/forkbox/forkbox/internal/snapshot"
 	"github.com/forkbox/forkbox/internal/store"
 )
 
@@ -62,6 +63,8 @@ type Images interface {
 type Manager struct {
 	store    store.Store
 	rt       Runtime
+	snapper  Snapshotter
+	snaps    *snapshot.Store
 	images   Images
 	defaults Defaults
 	log      *slog.Logger
@@ -97,13 +100,18 @@ func (l *live) touch(now time.Time) {
 	l.mu.Unlock()
 }
 
-// New returns a Manager. Call Start before serving.
-func New(st store.Store, rt Runtime, images Images, d Defaults, log *slog.Logger) *Manager {
+// New returns a Manager. Call Start before serving. snaps may be nil (no
+// snapshots); then rt must implement Snapshotter when it is not.
+func New(st store.Store, rt Runtime, images Images, snaps *snapshot.Store, d Defaults, log *slog.Logger) *Manager {
 	if log == nil {
 		log = slog.Default()
 	}
+	snapper, _ := rt.(Snapshotter)
+	if snapper == nil {
+		snaps = nil
+	}
 	return &Manager{
-		store: st, rt: rt, images: images, defaults: d, log: log,
+		store: st, rt: rt, snapper: snapper, snaps: snaps, images: images, defaults: d, log: log,
 		metrics: newMetrics(), now: time.Now,
 		live: map[string]*live{}, stop: make(chan struct{}), done: make(chan struct{}),
 	}
@@ -187,10 +195,21 @@ func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest) (*a
 	if err != nil {
 		return nil, err
 	}
-	if req.SnapshotID != "" {
-		return nil, errdefs.NotFound("snapshot %q not found", req.SnapshotID)
-	}
 	imgName := req.Image
+	var fromFS, snapID string
+	if req.SnapshotID != "" {
+		if m.snaps == nil {
+			return nil, errdefs.NotFound("snapshot %q not found", req.SnapshotID)
+		}
+		sn, restored, err := m.restoreSource(ctx, req, spec)
+		if err != nil {
+			return nil, err
+		}
+		if sn.Type == api.SnapshotMemory {
+			return nil, errdefs.Unavailable("restoring memory snapshots needs CRIU, which this daemon does not have yet")
+		}
+		spec, imgName, snapID, fromFS = restored, sn.Image, sn.ID, m.snapshotFS(sn.ID)
+	}
 	if imgName == "" {
 		imgName = image.DefaultImage
 	}
@@ -200,7 +219,7 @@ func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest) (*a
 	}
 	now := m.now().UTC()
 	sb := &store.Sandbox{
-		ID: newID("sbx_"), Name: req.Name, State: api.StateCreating, Image: imgName,
+		ID: newID("sbx_"), Name: req.Name, State: api.StateCreating, Image: imgName, SnapshotID: snapID,
 		Spec: spec, CreatedAt: now, LastActiveAt: now,
 	}
 	if err := m.store.Create(ctx, sb); err != nil {
@@ -223,6 +242,7 @@ func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest) (*a
 		DiskMB:        spec.DiskMB,
 		AllowInternet: spec.AllowInternetAccess,
 		Env:           env,
+		FromFS:        fromFS,
 	})
 	if err != nil {
 		m.metrics.createFailures.Inc()
@@ -279,7 +299,7 @@ func (m *Manager) untrack(id string) *live {
 	l := m.live[id]
 	delete(m.live, id)
 	if l != nil {
-		l.agent.CloseIdle()
+		l.agent.Close()
 	}
 	return l
 }

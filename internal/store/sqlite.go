@@ -46,6 +46,21 @@ var migrations = []string{
 	CREATE INDEX sandbox_events_sandbox ON sandbox_events(sandbox_id, id);`,
 	// 2: lookups by name (Get's "id or name") use an index for every state.
 	`CREATE INDEX sandboxes_name ON sandboxes(name);`,
+	// 3: snapshots (the files are in the snapshot store).
+	`CREATE TABLE snapshots (
+		id          TEXT PRIMARY KEY,
+		name        TEXT NOT NULL DEFAULT '',
+		type        TEXT NOT NULL,
+		sandbox_id  TEXT NOT NULL DEFAULT '',
+		parent_id   TEXT NOT NULL DEFAULT '',
+		image       TEXT NOT NULL DEFAULT '',
+		spec        TEXT NOT NULL,
+		size_bytes  INTEGER NOT NULL DEFAULT 0,
+		checksum    TEXT NOT NULL DEFAULT '',
+		paused_ms   INTEGER NOT NULL DEFAULT 0,
+		created_at  INTEGER NOT NULL
+	);
+	CREATE INDEX snapshots_sandbox ON snapshots(sandbox_id, created_at);`,
 }
 
 // SQLite is the embedded Store: one database file in the data directory,
@@ -355,4 +370,87 @@ func (s *SQLite) Events(ctx context.Context, id string) ([]Event, error) {
 		out = append(out, e)
 	}
 	return out, rows.Err()
+}
+
+const snapshotCols = `id, name, type, sandbox_id, parent_id, image, spec, size_bytes, checksum, paused_ms, created_at`
+
+func scanSnapshot(r scanner) (*Snapshot, error) {
+	var (
+		sn      Snapshot
+		spec    string
+		created int64
+	)
+	if err := r.Scan(&sn.ID, &sn.Name, &sn.Type, &sn.SandboxID, &sn.ParentID, &sn.Image, &spec, &sn.SizeBytes, &sn.Checksum, &sn.PausedMS, &created); err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal([]byte(spec), &sn.Spec); err != nil {
+		return nil, fmt.Errorf("snapshot %s: decode spec: %w", sn.ID, err)
+	}
+	sn.CreatedAt = time.Unix(0, created).UTC()
+	return &sn, nil
+}
+
+// CreateSnapshot implements Store.
+func (s *SQLite) CreateSnapshot(ctx context.Context, sn *Snapshot) error {
+	spec, err := json.Marshal(sn.Spec)
+	if err != nil {
+		return err
+	}
+	_, err = s.db.ExecContext(ctx, `INSERT INTO snapshots(`+snapshotCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?)`,
+		sn.ID, sn.Name, sn.Type, sn.SandboxID, sn.ParentID, sn.Image, string(spec), sn.SizeBytes, sn.Checksum, sn.PausedMS, sn.CreatedAt.UnixNano())
+	if isUniqueViolation(err) {
+		return errdefs.Conflict("snapshot %s already exists", sn.ID)
+	}
+	if err != nil {
+		return fmt.Errorf("insert snapshot: %w", err)
+	}
+	return nil
+}
+
+// GetSnapshot implements Store.
+func (s *SQLite) GetSnapshot(ctx context.Context, id string) (*Snapshot, error) {
+	sn, err := scanSnapshot(s.db.QueryRowContext(ctx, `SELECT `+snapshotCols+` FROM snapshots WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, errdefs.NotFound("snapshot %q not found", id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get snapshot %q: %w", id, err)
+	}
+	return sn, nil
+}
+
+// ListSnapshots implements Store.
+func (s *SQLite) ListSnapshots(ctx context.Context, sandboxID string) ([]*Snapshot, error) {
+	q := `SELECT ` + snapshotCols + ` FROM snapshots`
+	var args []any
+	if sandboxID != "" {
+		q += ` WHERE sandbox_id = ?`
+		args = append(args, sandboxID)
+	}
+	rows, err := s.db.QueryContext(ctx, q+` ORDER BY created_at DESC, id`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list snapshots: %w", err)
+	}
+	defer rows.Close()
+	var out []*Snapshot
+	for rows.Next() {
+		sn, err := scanSnapshot(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, sn)
+	}
+	return out, rows.Err()
+}
+
+// DeleteSnapshot implements Store.
+func (s *SQLite) DeleteSnapshot(ctx context.Context, id string) error {
+	res, err := s.db.ExecContext(ctx, `DELETE FROM snapshots WHERE id = ?`, id)
+	if err != nil {
+		return fmt.Errorf("delete snapshot %s: %w", id, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return errdefs.NotFound("snapshot %q not found", id)
+	}
+	return nil
 }

@@ -60,6 +60,23 @@ type ListFilter struct {
 	Labels map[string]string
 }
 
+// Snapshot is one snapshot's durable record. Its files live in the snapshot
+// store (internal/snapshot); the record is written only after they are
+// committed there, so a record always points at a complete snapshot.
+type Snapshot struct {
+	ID        string
+	Name      string
+	Type      string // "filesystem" or "memory"
+	SandboxID string // the sandbox it was taken from
+	ParentID  string // the snapshot that sandbox was restored from, if any
+	Image     string
+	Spec      Spec // the source sandbox's spec (limits, env) at the time
+	SizeBytes int64
+	Checksum  string // sha256 of the snapshot's manifest
+	PausedMS  int64  // how long the sandbox was paused to take it
+	CreatedAt time.Time
+}
+
 // Store is the metadata store. Implementations are safe for concurrent use.
 type Store interface {
 	// Create inserts a new sandbox and its first event. A name already used by
@@ -78,5 +95,14 @@ type Store interface {
 	Touch(ctx context.Context, id string, at time.Time) error
 	// Events lists a sandbox's state changes, oldest first.
 	Events(ctx context.Context, id string) ([]Event, error)
+
+	// CreateSnapshot records a committed snapshot.
+	CreateSnapshot(ctx context.Context, s *Snapshot) error
+	// GetSnapshot finds a snapshot by id. Missing: errdefs.ErrNotFound.
+	GetSnapshot(ctx context.Context, id string) (*Snapshot, error)
+	// ListSnapshots returns snapshots, newest first; sandboxID "" means all.
+	ListSnapshots(ctx context.Context, sandboxID string) ([]*Snapshot, error)
+	// DeleteSnapshot removes a snapshot's record. Missing: errdefs.ErrNotFound.
+	DeleteSnapshot(ctx context.Context, id string) error
 	Close() error
 }

@@ -1,0 +1,48 @@
+package httpapi
+
+import (
+	"net/http"
+
+	"github.com/forkbox/forkbox/api"
+)
+
+func (s *Server) checkpoint(w http.ResponseWriter, r *http.Request) error {
+	var req api.CheckpointRequest
+	if r.ContentLength != 0 {
+		if err := s.decodeJSON(w, r, &req); err != nil {
+			return err
+		}
+	}
+	sn, err := s.mgr.Checkpoint(r.Context(), r.PathValue("sandbox"), &req)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, sn)
+	return nil
+}
+
+func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) error {
+	list, err := s.mgr.ListSnapshots(r.Context(), r.URL.Query().Get("sandbox"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, api.SnapshotList{Snapshots: list})
+	return nil
+}
+
+func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) error {
+	sn, err := s.mgr.GetSnapshot(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, sn)
+	return nil
+}
+
+func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) error {
+	if err := s.mgr.DeleteSnapshot(r.Context(), r.PathValue("id")); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}

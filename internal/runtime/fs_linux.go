@@ -1,0 +1,103 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/forkbox/forkbox/internal/errdefs"
+)
+
+// Freeze stops every process of a sandbox (cgroup freezer) and returns once
+// they are all frozen; Thaw lets them run again. Between the two, the
+// sandbox's files and memory do not change.
+func (r *Runtime) Freeze(ctx context.Context, id string) error {
+	return newCgroups(r.cfg.CgroupParent, id).setFrozen(ctx, true)
+}
+
+// Thaw undoes Freeze.
+func (r *Runtime) Thaw(ctx context.Context, id string) error {
+	return newCgroups(r.cfg.CgroupParent, id).setFrozen(context.WithoutCancel(ctx), false)
+}
+
+// FreezerDir is the v1 freezer cgroup of a sandbox ("" on v2 hosts), for
+// CRIU's --freeze-cgroup.
+func (r *Runtime) FreezerDir(id string) string {
+	return newCgroups(r.cfg.CgroupParent, id).paths["freezer"]
+}
+
+func (cg *cgroups) setFrozen(ctx context.Context, frozen bool) error {
+	var file, want, check string
+	if d, ok := cg.paths["freezer"]; ok && !cg.v2 {
+		file, check = filepath.Join(d, "freezer.state"), filepath.Join(d, "freezer.state")
+		want = "THAWED"
+		if frozen {
+			want = "FROZEN"
+		}
+		if err := os.WriteFile(file, []byte(want), 0o644); err != nil {
+			return fmt.Errorf("freezer: %w", err)
+		}
+	} else {
+		d := cg.paths["unified"]
+		file, check = filepath.Join(d, "cgroup.freeze"), filepath.Join(d, "cgroup.events")
+		v := "0"
+		if frozen {
+			v = "1"
+		}
+		want = "frozen " + v
+		if err := os.WriteFile(file, []byte(v), 0o644); err != nil {
+			return fmt.Errorf("cgroup.freeze: %w", err)
+		}
+	}
+	for {
+		b, err := os.ReadFile(check)
+		if err != nil {
+			return err
+		}
+		if strings.Contains(string(b), want) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the sandbox to be %s: %w", strings.ToLower(want), ctx.Err())
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// tarArgs keep what an overlay upper layer needs: owners as numbers, modes,
+// whiteouts (character devices) and every xattr (trusted.overlay.* marks
+// opaque directories).
+var tarArgs = []string{"--xattrs", "--xattrs-include=*", "--numeric-owner", "--sparse"}
+
+// ExportFS writes the sandbox's writable layer to dst as a tar archive. The
+// caller freezes the sandbox first for a consistent copy.
+func (r *Runtime) ExportFS(ctx context.Context, id, dst string) error {
+	upper := filepath.Join(r.Dir(id), "disk", "upper")
+	args := append([]string{"-C", upper, "-cf", dst}, tarArgs...)
+	out, err := exec.CommandContext(ctx, "tar", append(args, ".")...).CombinedOutput()
+	if err != nil {
+		if strings.Contains(string(out), "No space left") {
+			return errdefs.ResourceExhausted("no space left on the host to write the snapshot: %s", strings.TrimSpace(string(out)))
+		}
+		return fmt.Errorf("tar the writable layer: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// importFS unpacks a writable layer written by ExportFS into upper.
+func importFS(ctx context.Context, src, upper string) error {
+	args := append([]string{"-C", upper, "-xf", src}, tarArgs...)
+	out, err := exec.CommandContext(ctx, "tar", args...).CombinedOutput()
+	if err != nil {
+		if strings.Contains(string(out), "No space left") {
+			return errdefs.InvalidArgument("disk_mb: the snapshot's files do not fit; ask for a larger disk")
+		}
+		return fmt.Errorf("unpack snapshot files: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}

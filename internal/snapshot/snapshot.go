@@ -1,0 +1,252 @@
+// Package snapshot keeps the files of snapshots on disk, durably and
+// verifiably. A snapshot is written into a temporary directory (Begin), then
+// Commit hashes every file into a manifest, fsyncs files and directories and
+// renames the directory into place: a crash leaves either no snapshot or a
+// whole one, and a half-written one never replaces a good one. Verify
+// re-hashes the files against the manifest before a restore, so a corrupt
+// snapshot is refused instead of restored.
+//
+// Layout under the store's directory:
+//
+//	<id>/manifest.json   {"files": {"fs.tar": "<sha256>", "criu/pages-1.img": …}, "size_bytes": N}
+//	<id>/fs.tar          the sandbox's writable layer (overlay upper), with xattrs
+//	<id>/criu/           CRIU images, for memory snapshots
+//	.tmp-<id>/           a snapshot being written (removed at Open)
+package snapshot
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/forkbox/forkbox/internal/errdefs"
+)
+
+const manifestName = "manifest.json"
+
+// Store is a directory of snapshots.
+type Store struct {
+	dir string
+}
+
+// Open opens (creating) the store at dir and removes unfinished snapshots.
+func Open(dir string) (*Store, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), ".tmp-") {
+			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+				return nil, fmt.Errorf("remove unfinished snapshot %s: %w", e.Name(), err)
+			}
+		}
+	}
+	return &Store{dir: dir}, nil
+}
+
+// Path is the directory of a committed snapshot.
+func (s *Store) Path(id string) string { return filepath.Join(s.dir, id) }
+
+// IDs lists the committed snapshots on disk.
+func (s *Store) IDs() ([]string, error) {
+	ents, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, e := range ents {
+		if e.IsDir() && !strings.HasPrefix(e.Name(), ".") {
+			ids = append(ids, e.Name())
+		}
+	}
+	return ids, nil
+}
+
+// Pending is a snapshot being written.
+type Pending struct {
+	s   *Store
+	id  string
+	dir string
+}
+
+// Begin starts writing snapshot id into a temporary directory.
+func (s *Store) Begin(id string) (*Pending, error) {
+	if id == "" || strings.ContainsAny(id, "/.") {
+		return nil, errdefs.InvalidArgument("bad snapshot id %q", id)
+	}
+	if _, err := os.Stat(s.Path(id)); err == nil {
+		return nil, errdefs.Conflict("snapshot %s already exists", id)
+	}
+	dir := filepath.Join(s.dir, ".tmp-"+id)
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, err
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, err
+	}
+	return &Pending{s: s, id: id, dir: dir}, nil
+}
+
+// Dir is where the snapshot's files are written.
+func (p *Pending) Dir() string { return p.dir }
+
+// Abort removes the pending snapshot.
+func (p *Pending) Abort() error { return os.RemoveAll(p.dir) }
+
+// Manifest lists a snapshot's files with their sha256.
+type Manifest struct {
+	Files     map[string]string `json:"files"`
+	SizeBytes int64             `json:"size_bytes"`
+}
+
+// Commit hashes and fsyncs every file, writes the manifest and moves the
+// snapshot into place. It returns the size on disk and the checksum of the
+// manifest. On error the pending snapshot is left for Abort.
+func (p *Pending) Commit() (size int64, checksum string, err error) {
+	m := Manifest{Files: map[string]string{}}
+	var dirs []string
+	err = filepath.WalkDir(p.dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(p.dir, path)
+		if d.IsDir() {
+			dirs = append(dirs, path)
+			return nil
+		}
+		if !d.Type().IsRegular() {
+			return fmt.Errorf("snapshot file %s is not a regular file", rel)
+		}
+		sum, n, err := hashFile(path, true)
+		if err != nil {
+			return err
+		}
+		m.Files[filepath.ToSlash(rel)] = sum
+		m.SizeBytes += n
+		return nil
+	})
+	if err != nil {
+		return 0, "", err
+	}
+	b, err := json.MarshalIndent(m, "", " ")
+	if err != nil {
+		return 0, "", err
+	}
+	if err := writeSync(filepath.Join(p.dir, manifestName), b); err != nil {
+		return 0, "", err
+	}
+	for i := len(dirs) - 1; i >= 0; i-- {
+		if err := syncDir(dirs[i]); err != nil {
+			return 0, "", err
+		}
+	}
+	if err := os.Rename(p.dir, p.s.Path(p.id)); err != nil {
+		return 0, "", fmt.Errorf("commit snapshot %s: %w", p.id, err)
+	}
+	if err := syncDir(p.s.dir); err != nil {
+		return 0, "", err
+	}
+	sum := sha256.Sum256(b)
+	return m.SizeBytes + int64(len(b)), hex.EncodeToString(sum[:]), nil
+}
+
+// Verify checks a committed snapshot against its manifest and the checksum
+// recorded for it. A mismatch is a failed-precondition error naming the
+// snapshot and the file.
+func (s *Store) Verify(id, checksum string) error {
+	dir := s.Path(id)
+	b, err := os.ReadFile(filepath.Join(dir, manifestName))
+	if errors.Is(err, os.ErrNotExist) {
+		return errdefs.FailedPrecondition("snapshot %s is missing its files on disk", id)
+	}
+	if err != nil {
+		return err
+	}
+	sum := sha256.Sum256(b)
+	if checksum != "" && hex.EncodeToString(sum[:]) != checksum {
+		return errdefs.FailedPrecondition("snapshot %s is corrupt: its manifest does not match the recorded checksum; refusing to restore it", id)
+	}
+	var m Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return errdefs.FailedPrecondition("snapshot %s is corrupt: unreadable manifest: %v", id, err)
+	}
+	names := make([]string, 0, len(m.Files))
+	for n := range m.Files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		got, _, err := hashFile(filepath.Join(dir, filepath.FromSlash(n)), false)
+		if err != nil {
+			return errdefs.FailedPrecondition("snapshot %s is corrupt: %s: %v; refusing to restore it", id, n, err)
+		}
+		if got != m.Files[n] {
+			return errdefs.FailedPrecondition("snapshot %s is corrupt: %s does not match its checksum; refusing to restore it", id, n)
+		}
+	}
+	return nil
+}
+
+// Delete removes a snapshot's files (idempotent).
+func (s *Store) Delete(id string) error {
+	if id == "" || strings.ContainsAny(id, "/.") {
+		return errdefs.InvalidArgument("bad snapshot id %q", id)
+	}
+	return os.RemoveAll(s.Path(id))
+}
+
+func hashFile(path string, fsync bool) (string, int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", 0, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return "", 0, err
+	}
+	if fsync {
+		if err := f.Sync(); err != nil {
+			return "", 0, err
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)), n, nil
+}
+
+func writeSync(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
