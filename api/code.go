@@ -40,6 +40,9 @@ type ExecutionError struct {
 const (
 	EventResult = "result"
 	EventDone   = "done"
+	// EventFailure ends a stream whose call failed after it started (data:
+	// ErrorBody); a cell's own error is an EventError.
+	EventFailure = "failure"
 )
 
 // CreateContextRequest is the body of POST /v1/sandboxes/{sandbox}/contexts.

@@ -28,4 +28,20 @@
 //
 // Output of a long command can be consumed as it is produced with ExecStream,
 // and files move without being held in memory with WriteFile and ReadFileTo.
+//
+// Code runs in stateful contexts (Jupyter kernels) with RunCode and
+// RunCodeStream; a cell that raises is not an error of the call but the
+// execution's Error:
+//
+//	exec, err := c.RunCode(ctx, sb.ID, api.RunCodeRequest{Code: "sum([120, 95])"})
+//	if err != nil {
+//		return err
+//	}
+//	if exec.Error != nil {
+//		return fmt.Errorf("%s: %s", exec.Error.Name, exec.Error.Value)
+//	}
+//	fmt.Println(client.MainText(exec)) // 215
+//
+// CreateContext, ListContexts, InterruptContext, RestartContext and
+// DeleteContext manage the contexts.
 package client

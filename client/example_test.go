@@ -121,3 +121,41 @@ func ExampleAPIError() {
 		}
 	}
 }
+
+func ExampleClient_RunCode() {
+	ctx := context.Background()
+	c := client.FromEnv()
+
+	// Cells in one context share their variables, like a notebook.
+	if _, err := c.RunCode(ctx, "analysis", api.RunCodeRequest{Code: "sales = [120, 95]"}); err != nil {
+		log.Fatal(err)
+	}
+	exec, err := c.RunCode(ctx, "analysis", api.RunCodeRequest{Code: "sum(sales)"})
+	if err != nil {
+		log.Fatal(err) // the call failed: no such sandbox, daemon unreachable, …
+	}
+	if exec.Error != nil {
+		log.Fatalf("%s: %s", exec.Error.Name, exec.Error.Value) // the cell raised
+	}
+	fmt.Println(client.MainText(exec)) // 215
+}
+
+func ExampleClient_RunCodeStream() {
+	timeout := int64(60_000)
+	exec, err := client.FromEnv().RunCodeStream(context.Background(), "analysis",
+		api.RunCodeRequest{Code: "import time\nfor i in range(3):\n    print(i); time.sleep(1)", TimeoutMS: &timeout},
+		client.CodeHandlers{
+			OnStdout: func(s string) { fmt.Print(s) },
+			OnStderr: func(s string) { fmt.Fprint(os.Stderr, s) },
+			OnResult: func(r map[string]any) {
+				if _, ok := r["png"]; ok {
+					fmt.Println("[a figure]")
+				}
+			},
+			OnError: func(e api.ExecutionError) { fmt.Fprintln(os.Stderr, strings.Join(e.Traceback, "\n")) },
+		})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("cell", exec.ExecutionCount, "took", exec.DurationMS, "ms")
+}

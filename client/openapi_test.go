@@ -29,16 +29,24 @@ var documented = map[string]reflect.Type{
 	"FileInfo":             reflect.TypeFor[api.FileInfo](),
 	"FileList":             reflect.TypeFor[api.FileList](),
 	"WriteFileResult":      reflect.TypeFor[api.WriteFileResult](),
+	"RunCodeRequest":       reflect.TypeFor[api.RunCodeRequest](),
+	"Execution":            reflect.TypeFor[api.Execution](),
+	"Logs":                 reflect.TypeFor[api.Logs](),
+	"ExecutionError":       reflect.TypeFor[api.ExecutionError](),
+	"CreateContextRequest": reflect.TypeFor[api.CreateContextRequest](),
+	"Context":              reflect.TypeFor[api.Context](),
+	"ContextList":          reflect.TypeFor[api.ContextList](),
 	"Error":                reflect.TypeFor[api.Error](),
 	"ErrorBody":            reflect.TypeFor[api.ErrorBody](),
 }
 
 // requestBodies are decoded strictly by the daemon, so their schemas must
 // forbid unknown properties.
-var requestBodies = []string{"CreateSandboxRequest", "ExecRequest"}
+var requestBodies = []string{"CreateSandboxRequest", "ExecRequest", "RunCodeRequest", "CreateContextRequest"}
 
-// schemaOnly are documented shapes without a Go type in package api.
-var schemaOnly = map[string]bool{"Health": true}
+// schemaOnly are documented shapes without a Go type in package api. Result
+// is the map[string]any of Execution.Results and of a result event.
+var schemaOnly = map[string]bool{"Health": true, "Result": true}
 
 type schema struct {
 	Type                 any                `json:"type"`
@@ -48,6 +56,8 @@ type schema struct {
 	Required             []string           `json:"required"`
 	Items                *schema            `json:"items"`
 	AdditionalProperties any                `json:"additionalProperties"`
+	OneOf                []*schema          `json:"oneOf"`
+	AnyOf                []*schema          `json:"anyOf"`
 }
 
 func loadOpenAPI(t *testing.T) (raw map[string]any, schemas map[string]*schema) {
@@ -133,7 +143,7 @@ func TestOpenAPIMatchesTypes(t *testing.T) {
 			if required[f.name] == f.omitempty {
 				t.Errorf("%s.%s: required=%v, but a field is required exactly when its json tag lacks omitempty (omitempty=%v)", name, f.name, required[f.name], f.omitempty)
 			}
-			if err := matchType(p, f.typ); err != "" {
+			if err := matchField(p, f, schemas); err != "" {
 				t.Errorf("%s.%s: %s", name, f.name, err)
 			}
 		}
@@ -154,9 +164,31 @@ func sortedFields(m map[string]jsonField) []jsonField {
 	return out
 }
 
+// matchField checks the schema of one struct field. A pointer field without
+// omitempty is sent as null when nil, so its schema must allow null: oneOf
+// (or anyOf) the type's schema and {"type": "null"}.
+func matchField(p *schema, f jsonField, schemas map[string]*schema) string {
+	if f.typ.Kind() != reflect.Pointer || f.omitempty {
+		if len(p.OneOf)+len(p.AnyOf) > 0 {
+			return "oneOf/anyOf is only for fields that may be null (non-omitempty pointers)"
+		}
+		return matchType(p, f.typ, schemas)
+	}
+	alts := append(append([]*schema{}, p.OneOf...), p.AnyOf...)
+	if len(alts) != 2 {
+		return "a nil pointer is sent as null: want oneOf [the type's schema, {\"type\": \"null\"}]"
+	}
+	for i, a := range alts {
+		if a.Type == "null" {
+			return matchType(alts[1-i], f.typ, schemas)
+		}
+	}
+	return "a nil pointer is sent as null: oneOf lacks {\"type\": \"null\"}"
+}
+
 // matchType checks that schema s describes values of Go type t; it returns
 // what is wrong, or "".
-func matchType(s *schema, t reflect.Type) string {
+func matchType(s *schema, t reflect.Type, schemas map[string]*schema) string {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
@@ -184,8 +216,20 @@ func matchType(s *schema, t reflect.Type) string {
 		if s.Type != "array" || s.Items == nil {
 			return "want type array with items"
 		}
-		if err := matchType(s.Items, t.Elem()); err != "" {
+		if err := matchType(s.Items, t.Elem(), schemas); err != "" {
 			return "items: " + err
+		}
+		return ""
+	case t.Kind() == reflect.Map && t.Elem().Kind() == reflect.Interface:
+		// A free-form object: inline, or a $ref to a schema-only object.
+		if name, ok := strings.CutPrefix(s.Ref, "#/components/schemas/"); ok {
+			if !schemaOnly[name] || schemas[name] == nil || schemas[name].Type != "object" {
+				return "want $ref to a schema-only object schema, got " + s.Ref
+			}
+			return ""
+		}
+		if s.Type != "object" {
+			return "want type object for Go " + t.String()
 		}
 		return ""
 	case t.Kind() == reflect.Map:
@@ -256,6 +300,10 @@ func TestOpenAPIPaths(t *testing.T) {
 		"POST /v1/sandboxes/{sandbox}/exec",
 		"GET /v1/sandboxes/{sandbox}/files", "PUT /v1/sandboxes/{sandbox}/files", "DELETE /v1/sandboxes/{sandbox}/files",
 		"GET /v1/sandboxes/{sandbox}/files/list",
+		"POST /v1/sandboxes/{sandbox}/code",
+		"POST /v1/sandboxes/{sandbox}/contexts", "GET /v1/sandboxes/{sandbox}/contexts",
+		"DELETE /v1/sandboxes/{sandbox}/contexts/{id}",
+		"POST /v1/sandboxes/{sandbox}/contexts/{id}/interrupt", "POST /v1/sandboxes/{sandbox}/contexts/{id}/restart",
 		"GET /healthz", "GET /metrics", "GET /v1/openapi.json",
 	} {
 		method, p, _ := strings.Cut(want, " ")
@@ -263,5 +311,67 @@ func TestOpenAPIPaths(t *testing.T) {
 		if item[strings.ToLower(method)] == nil {
 			t.Errorf("%s is not documented", want)
 		}
+	}
+}
+
+// TestOpenAPISSEEvents pins the documented event streams to the event names
+// the client reads and the schemas of their data.
+func TestOpenAPISSEEvents(t *testing.T) {
+	raw, _ := loadOpenAPI(t)
+	for path, want := range map[string]map[string]string{
+		"/v1/sandboxes/{sandbox}/exec": {
+			api.EventStdout: "OutputChunk", api.EventStderr: "OutputChunk",
+			api.EventExit: "ExecResult", api.EventError: "ErrorBody",
+		},
+		"/v1/sandboxes/{sandbox}/code": {
+			api.EventStdout: "OutputChunk", api.EventStderr: "OutputChunk",
+			api.EventResult: "Result", api.EventError: "ExecutionError",
+			api.EventDone: "Execution", eventFailure: "ErrorBody",
+		},
+	} {
+		events, _ := resolve(raw, "#/paths/"+strings.ReplaceAll(path, "/", "~1")+"/post/responses/200/content/text~1event-stream/x-sse-events").(map[string]any)
+		if events == nil {
+			t.Errorf("%s: no x-sse-events", path)
+			continue
+		}
+		got := map[string]string{}
+		for name, v := range events {
+			ref, _ := v.(map[string]any)["$ref"].(string)
+			got[name] = strings.TrimPrefix(ref, "#/components/schemas/")
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: x-sse-events = %v, want %v", path, got, want)
+		}
+	}
+}
+
+// TestOpenAPIResultFormats checks the result object against SPEC §4: every
+// format key, "extra" for other MIME types and is_main_result, and room for
+// keys a later daemon adds.
+func TestOpenAPIResultFormats(t *testing.T) {
+	_, schemas := loadOpenAPI(t)
+	r := schemas["Result"]
+	if r == nil {
+		t.Fatal("components.schemas.Result is missing")
+	}
+	var got []string
+	for k := range r.Properties {
+		got = append(got, k)
+	}
+	sort.Strings(got)
+	want := []string{"extra", "html", "is_main_result", "javascript", "jpeg", "json", "latex", "markdown", "pdf", "png", "svg", "text"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Result properties = %q, want %q", got, want)
+	}
+	if r.Type != "object" || r.AdditionalProperties != true || len(r.Required) != 0 {
+		t.Errorf("Result: type %v, additionalProperties %v, required %v; want object, true, none", r.Type, r.AdditionalProperties, r.Required)
+	}
+	for _, k := range []string{"png", "jpeg", "pdf"} {
+		if p := r.Properties[k]; p == nil || p.Type != "string" {
+			t.Errorf("Result.%s: want a (base64) string", k)
+		}
+	}
+	if p := r.Properties["is_main_result"]; p == nil || p.Type != "boolean" {
+		t.Errorf("Result.is_main_result: want boolean")
 	}
 }

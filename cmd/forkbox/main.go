@@ -1,6 +1,7 @@
 // Command forkbox is the one forkbox binary: the daemon (serve), the in-sandbox
 // agent (agent, started by the runtime as a sandbox's init) and the client
-// commands (create, ls, exec, cp, rm) that talk to a daemon over HTTP.
+// commands (create, ls, exec, run, contexts, cp, rm, …) that talk to a daemon
+// over HTTP.
 package main
 
 import (

@@ -59,7 +59,7 @@ func (s *Server) runCode(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		_, code := errdefs.HTTPStatus(err)
-		emit("failure", api.ErrorBody{Code: code, Message: err.Error()})
+		emit(api.EventFailure, api.ErrorBody{Code: code, Message: err.Error()})
 		return nil
 	}
 	emit(api.EventDone, exec)

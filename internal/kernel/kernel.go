@@ -139,10 +139,11 @@ func (e *deadError) Is(target error) bool {
 
 // Kernel is a running Jupyter kernel. Its methods are safe for concurrent use.
 type Kernel struct {
-	o   Options
-	log *slog.Logger
-	q   fifo       // one cell (or restart) at a time
-	lc  sync.Mutex // serializes Restart and Shutdown
+	o         Options
+	log       *slog.Logger
+	ipyConfig string     // extra config file for ipykernel, in RuntimeDir
+	q         fifo       // one cell (or restart) at a time
+	lc        sync.Mutex // serializes Restart and Shutdown
 
 	mu     sync.Mutex
 	cur    *proc
@@ -222,6 +223,14 @@ func Start(ctx context.Context, o Options) (*Kernel, error) {
 		return nil, fmt.Errorf("kernel runtime dir: %w", err)
 	}
 	k := &Kernel{o: o, log: o.Logger.With("kernel", o.Spec.Name)}
+	if isIPyKernel(o.Spec) {
+		// Figures keep the size they were made with (figsize × dpi);
+		// Jupyter's default crops them to their content.
+		k.ipyConfig = filepath.Join(o.RuntimeDir, "ipykernel-"+newID()+".py")
+		if err := writeOwnedFile(k.ipyConfig, []byte(ipykernelConfig)); err != nil {
+			return nil, fmt.Errorf("kernel config: %w", err)
+		}
+	}
 	p, err := k.launch(ctx)
 	if err != nil {
 		return nil, err
@@ -325,6 +334,13 @@ func (k *Kernel) launch(ctx context.Context) (_ *proc, err error) {
 		select {
 		case err := <-dialed:
 			if err != nil {
+				// A kernel that dies cancels the dials: report the death,
+				// which is the cause, not the cancelled dial.
+				select {
+				case <-p.dead:
+					return nil, diedStarting()
+				case <-time.After(time.Second):
+				}
 				return nil, fmt.Errorf("connect to kernel %s: %w", sp.Name, err)
 			}
 		case <-p.dead:
@@ -369,6 +385,9 @@ func (p *proc) dial(sock zmq4.Socket, port int) error {
 	}
 }
 
+// ipykernelConfig is loaded by every ipykernel forkbox starts.
+const ipykernelConfig = "c.InlineBackend.print_figure_kwargs = {'bbox_inches': None}\n"
+
 // command builds the kernel's argv and env from the spec and the options.
 func (k *Kernel) command(connFile string) (argv, env []string) {
 	sp := k.o.Spec
@@ -387,10 +406,10 @@ func (k *Kernel) command(connFile string) (argv, env []string) {
 	}
 	env = mergeEnv(env, k.o.Env)
 	if isIPyKernel(sp) {
-		// Figures keep the size they were made with (figsize × dpi):
-		// Jupyter's default crops them to their content.
-		argv = append(argv, "--HistoryManager.enabled=False", "--InteractiveShell.colors=NoColor",
-			"--InlineBackend.print_figure_kwargs={'bbox_inches': None}")
+		argv = append(argv, "--HistoryManager.enabled=False", "--InteractiveShell.colors=NoColor")
+		if k.ipyConfig != "" {
+			argv = append(argv, "--IPKernelApp.extra_config_file="+k.ipyConfig)
+		}
 		env = mergeEnv(env, []string{
 			// Over the sandbox's MPLBACKEND=Agg: figures come back as PNG at
 			// the end of each cell, as in Jupyter.
@@ -450,6 +469,12 @@ func writeConnFile(path string, conn map[string]any) error {
 	if err != nil {
 		return err
 	}
+	return writeOwnedFile(path, b)
+}
+
+// writeOwnedFile writes a new 0600 file owned like its directory (the
+// kernel's user), so the kernel can read it.
+func writeOwnedFile(path string, b []byte) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return fmt.Errorf("connection file: %w", err)
@@ -761,6 +786,9 @@ func (k *Kernel) Shutdown(ctx context.Context) error {
 	defer k.lc.Unlock()
 	k.mu.Lock()
 	k.closed = true
+	if k.ipyConfig != "" {
+		os.Remove(k.ipyConfig)
+	}
 	p := k.cur
 	k.mu.Unlock()
 	return k.stop(ctx, p, "was shut down", shutdownGrace)
