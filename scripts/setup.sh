@@ -3,7 +3,8 @@
 # the Python stack the host-derived "python" image is made of, and the tools
 # the runtime and benchmarks use. It is idempotent and fast when everything is
 # already installed: it asks dpkg first and only runs apt when something is
-# missing. Run it as root on Debian 12 or newer (make setup does).
+# missing. Last it installs CRIU (scripts/build-criu.sh, a no-op once built).
+# Run it as root on Debian 12 or newer (make setup does).
 set -euo pipefail
 
 export DEBIAN_FRONTEND=noninteractive
@@ -41,6 +42,12 @@ PACKAGES=(
 
 log() { printf 'setup: %s\n' "$*"; }
 
+# CRIU for memory snapshots: Debian 12's criu is too old for kernels >= 6.13,
+# so build-criu.sh builds 4.2.1 from Debian's source package into
+# /opt/forkbox/criu (a few minutes once; fast when it is already there).
+# It runs after the apt packages, whichever way this script ends.
+install_criu() { "$(dirname "${BASH_SOURCE[0]}")/build-criu.sh"; }
+
 if [[ $(id -u) -ne 0 ]]; then
 	log "must run as root (try: sudo $0)" >&2
 	exit 1
@@ -62,7 +69,8 @@ for p in "${PACKAGES[@]}"; do
 done
 
 if [[ ${#missing[@]} -eq 0 ]]; then
-	log "all ${#PACKAGES[@]} packages already installed; nothing to do"
+	log "all ${#PACKAGES[@]} packages already installed"
+	install_criu
 	exit 0
 fi
 
@@ -84,3 +92,4 @@ if ! /usr/bin/python3 -c "$imports"; then
 	exit 1
 fi
 log "ok: /usr/bin/python3 can run: $imports"
+install_criu

@@ -82,8 +82,9 @@ func (s *server) launch(argv, env []string, dir string) (int, <-chan kernel.Exit
 	}
 	defer null.Close()
 	// The kernel's own stdout/stderr (not the cells' output, which travels on
-	// iopub) go to a log the daemon can read for diagnosis.
-	logf, err := os.OpenFile(path.Join(RunDir, "kernels.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	// iopub) go to a log inside the sandbox's filesystem, so that a
+	// checkpoint finds the file it has open.
+	logf, err := os.OpenFile(path.Join(kernelRuntimeDir, "kernels.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		logf = null
 	} else {

@@ -54,11 +54,7 @@ func run(status *os.File) error {
 		}
 	}
 	null.Close()
-	logf, err := os.OpenFile(filepath.Join(RunDir, LogName), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return err
-	}
-	log := slog.New(slog.NewTextHandler(logf, nil))
+	log := slog.New(slog.NewTextHandler(appendFile(filepath.Join(RunDir, LogName)), nil))
 	b, err := os.ReadFile(filepath.Join(RunDir, ConfigName))
 	if err != nil {
 		return fmt.Errorf("read config: %w", err)
@@ -307,3 +303,17 @@ func (s *server) runCommand(r *http.Request, req *ExecRequest, env []string, cwd
 
 // lineReader is used by the client to split the NDJSON stream.
 func lineReader(r io.Reader) *bufio.Reader { return bufio.NewReaderSize(r, 64<<10) }
+
+// appendFile is a log destination that opens, appends and closes on every
+// write, so the agent holds no file open outside the sandbox's own tree (a
+// checkpoint restores a sandbox with a new run dir).
+type appendFile string
+
+func (f appendFile) Write(b []byte) (int, error) {
+	fh, err := os.OpenFile(string(f), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return 0, err
+	}
+	defer fh.Close()
+	return fh.Write(b)
+}

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/forkbox/forkbox/internal/criu"
 	"github.com/forkbox/forkbox/internal/httpapi"
 	"github.com/forkbox/forkbox/internal/image"
 	"github.com/forkbox/forkbox/internal/netsetup"
@@ -136,6 +137,17 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		return nil, err
 	}
 	mgr = sandbox.New(d.store, rt, images, snaps, defaults, log)
+	if h, err := criu.Check(ctx); err != nil {
+		log.Warn("memory snapshots unavailable", "err", err)
+		mgr.SetCRIU(nil, err.Error())
+	} else {
+		if !h.Usable {
+			log.Warn("memory snapshots unavailable", "problem", h.Problem)
+		} else {
+			log.Info("CRIU ready for memory snapshots", "path", h.Path, "version", h.Version, "env", h.Env)
+		}
+		mgr.SetCRIU(h, "")
+	}
 	if err := mgr.Start(ctx); err != nil {
 		return nil, fmt.Errorf("reconcile sandboxes: %w", err)
 	}

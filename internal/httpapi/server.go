@@ -99,6 +99,7 @@ func (s *Server) routes() {
 	h("GET /v1/sandboxes/{sandbox}/files/list", s.listFiles)
 	h("POST /v1/sandboxes/{sandbox}/code", s.runCode)
 	h("POST /v1/sandboxes/{sandbox}/checkpoint", s.checkpoint)
+	h("POST /v1/sandboxes/{sandbox}/fork", s.fork)
 	h("GET /v1/snapshots", s.listSnapshots)
 	h("GET /v1/snapshots/{id}", s.getSnapshot)
 	h("DELETE /v1/snapshots/{id}", s.deleteSnapshot)

@@ -46,3 +46,16 @@ func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) error {
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
+
+func (s *Server) fork(w http.ResponseWriter, r *http.Request) error {
+	var req api.ForkRequest
+	if err := s.decodeJSON(w, r, &req); err != nil {
+		return err
+	}
+	res, err := s.mgr.Fork(r.Context(), r.PathValue("sandbox"), &req)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, res)
+	return nil
+}

@@ -137,55 +137,10 @@ func (r *Runtime) Create(ctx context.Context, spec Spec) (info *Info, err error)
 		}
 	}()
 
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("sandbox dir: %w", err)
-	}
-	undo.add(func() error { return os.RemoveAll(dir) })
-	runDir := filepath.Join(dir, "run")
-	if err := os.Mkdir(runDir, 0o700); err != nil {
+	rootfs, runDir, err := r.prepareRoot(ctx, spec, &undo)
+	if err != nil {
 		return nil, err
 	}
-
-	// Writable layer: ext4 of disk_mb, then the overlay root.
-	undo.add(func() error { return unmount(filepath.Join(dir, "disk")) })
-	if err := mountDisk(r.disks, dir, spec.DiskMB); err != nil {
-		return nil, fmt.Errorf("writable layer: %w", err)
-	}
-	if spec.FromFS != "" {
-		if err := importFS(ctx, spec.FromFS, filepath.Join(dir, "disk", "upper")); err != nil {
-			return nil, err
-		}
-	}
-	step("disk")
-	rootfs := filepath.Join(dir, "rootfs")
-	if err := os.Mkdir(rootfs, 0o755); err != nil {
-		return nil, err
-	}
-	undo.add(func() error { return unmount(rootfs) })
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", spec.Image.RootFS,
-		filepath.Join(dir, "disk", "upper"), filepath.Join(dir, "disk", "work"))
-	if err := unix.Mount("overlay", rootfs, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
-		return nil, fmt.Errorf("mount overlay root: %w", err)
-	}
-
-	// The agent's config, read by the agent at start.
-	acfg := agent.Config{
-		SandboxID: spec.ID,
-		UID:       spec.Image.UID,
-		GID:       spec.Image.GID,
-		WorkDir:   spec.Image.WorkDir,
-		Env:       agent.MergeEnv(spec.Image.Env, spec.Env),
-	}
-	if err := writeJSON(filepath.Join(runDir, agent.ConfigName), acfg); err != nil {
-		return nil, err
-	}
-	if spec.AllowInternet {
-		// Name resolution for sandboxes that may reach the network.
-		if err := os.WriteFile(filepath.Join(rootfs, "etc", "resolv.conf"), netsetup.ResolvConf(), 0o644); err != nil {
-			return nil, fmt.Errorf("write resolv.conf: %w", err)
-		}
-	}
-
 	step("overlay")
 	cg := newCgroups(r.cfg.CgroupParent, spec.ID)
 	undo.add(cg.remove)
@@ -426,6 +381,62 @@ func (r *Runtime) Close() {
 			return
 		}
 	}
+}
+
+// prepareRoot makes the sandbox's directory, writable layer (filled from
+// spec.FromFS when set), overlay root and agent config, registering the undo
+// of each step.
+func (r *Runtime) prepareRoot(ctx context.Context, spec Spec, undo *cleanup) (rootfs, runDir string, err error) {
+	dir := r.Dir(spec.ID)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return "", "", fmt.Errorf("sandbox dir: %w", err)
+	}
+	undo.add(func() error { return os.RemoveAll(dir) })
+	runDir = filepath.Join(dir, "run")
+	if err := os.Mkdir(runDir, 0o700); err != nil {
+		return "", "", err
+	}
+
+	// Writable layer: ext4 of disk_mb, then the overlay root.
+	undo.add(func() error { return unmount(filepath.Join(dir, "disk")) })
+	if err := mountDisk(r.disks, dir, spec.DiskMB); err != nil {
+		return "", "", fmt.Errorf("writable layer: %w", err)
+	}
+	if spec.FromFS != "" {
+		if err := importFS(ctx, spec.FromFS, filepath.Join(dir, "disk", "upper")); err != nil {
+			return "", "", err
+		}
+	}
+	rootfs = filepath.Join(dir, "rootfs")
+	if err := os.Mkdir(rootfs, 0o755); err != nil {
+		return "", "", err
+	}
+	undo.add(func() error { return unmount(rootfs) })
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", spec.Image.RootFS,
+		filepath.Join(dir, "disk", "upper"), filepath.Join(dir, "disk", "work"))
+	if err := unix.Mount("overlay", rootfs, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return "", "", fmt.Errorf("mount overlay root: %w", err)
+	}
+
+	// The agent's config, read by the agent at start.
+	acfg := agent.Config{
+		SandboxID: spec.ID,
+		UID:       spec.Image.UID,
+		GID:       spec.Image.GID,
+		WorkDir:   spec.Image.WorkDir,
+		Env:       agent.MergeEnv(spec.Image.Env, spec.Env),
+	}
+	if err := writeJSON(filepath.Join(runDir, agent.ConfigName), acfg); err != nil {
+		return "", "", err
+	}
+	if spec.AllowInternet {
+		// Name resolution for sandboxes that may reach the network.
+		if err := os.WriteFile(filepath.Join(rootfs, "etc", "resolv.conf"), netsetup.ResolvConf(), 0o644); err != nil {
+			return "", "", fmt.Errorf("write resolv.conf: %w", err)
+		}
+	}
+
+	return rootfs, runDir, nil
 }
 
 // waitReady reads the status pipe: the agent writes "ok" once it serves, and

@@ -19,6 +19,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/forkbox/forkbox/api"
 	"github.com/forkbox/forkbox/internal/agent"
+	"github.com/forkbox/forkbox/internal/criu"
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/image"
 	"github.com/forkbox/forkbox/internal/runtime"
@@ -61,15 +63,19 @@ type Images interface {
 
 // Manager owns the sandboxes of one daemon.
 type Manager struct {
-	store    store.Store
-	rt       Runtime
-	snapper  Snapshotter
-	snaps    *snapshot.Store
-	images   Images
-	defaults Defaults
-	log      *slog.Logger
-	metrics  *Metrics
-	now      func() time.Time
+	store   store.Store
+	rt      Runtime
+	snapper Snapshotter
+	snaps   *snapshot.Store
+	// criu is nil when memory snapshots are unavailable; criuProblem says why.
+	criu        *criu.Host
+	criuProblem string
+	maxFork     int
+	images      Images
+	defaults    Defaults
+	log         *slog.Logger
+	metrics     *Metrics
+	now         func() time.Time
 
 	mu   sync.Mutex
 	live map[string]*live // running sandboxes by id
@@ -80,12 +86,15 @@ type Manager struct {
 
 // live is the in-memory side of a running sandbox.
 type live struct {
-	id          string
-	name        string
-	info        *runtime.Info
-	agent       *agent.Client
-	timeout     time.Duration
-	deadline    time.Time // max lifetime; zero: none
+	id       string
+	name     string
+	info     *runtime.Info
+	agent    *agent.Client
+	timeout  time.Duration
+	deadline time.Time // max lifetime; zero: none
+	// gate is held shared by every call and exclusively by a memory
+	// checkpoint, which needs no connection into the sandbox open.
+	gate        sync.RWMutex
 	mu          sync.Mutex
 	inflight    int
 	lastActive  time.Time
@@ -101,7 +110,7 @@ func (l *live) touch(now time.Time) {
 }
 
 // New returns a Manager. Call Start before serving. snaps may be nil (no
-// snapshots); then rt must implement Snapshotter when it is not.
+// snapshots); memory snapshots also need a usable CRIU (SetCRIU).
 func New(st store.Store, rt Runtime, images Images, snaps *snapshot.Store, d Defaults, log *slog.Logger) *Manager {
 	if log == nil {
 		log = slog.Default()
@@ -112,9 +121,23 @@ func New(st store.Store, rt Runtime, images Images, snaps *snapshot.Store, d Def
 	}
 	return &Manager{
 		store: st, rt: rt, snapper: snapper, snaps: snaps, images: images, defaults: d, log: log,
+		criuProblem: "CRIU was not checked", maxFork: 16,
 		metrics: newMetrics(), now: time.Now,
 		live: map[string]*live{}, stop: make(chan struct{}), done: make(chan struct{}),
 	}
+}
+
+// SetCRIU enables memory snapshots with h, or records why they are
+// unavailable when h is nil or not usable.
+func (m *Manager) SetCRIU(h *criu.Host, problem string) {
+	if h != nil && h.Usable {
+		m.criu, m.criuProblem = h, ""
+		return
+	}
+	if h != nil && h.Problem != "" {
+		problem = h.Problem
+	}
+	m.criu, m.criuProblem = nil, problem
 }
 
 // Metrics returns the Manager's Prometheus collectors.
@@ -196,7 +219,7 @@ func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest) (*a
 		return nil, err
 	}
 	imgName := req.Image
-	var fromFS, snapID string
+	var fromFS, snapID, criuDir string
 	if req.SnapshotID != "" {
 		if m.snaps == nil {
 			return nil, errdefs.NotFound("snapshot %q not found", req.SnapshotID)
@@ -206,7 +229,10 @@ func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest) (*a
 			return nil, err
 		}
 		if sn.Type == api.SnapshotMemory {
-			return nil, errdefs.Unavailable("restoring memory snapshots needs CRIU, which this daemon does not have yet")
+			if m.criu == nil {
+				return nil, errdefs.Unavailable("memory snapshots are unavailable on this host: %s", m.criuProblem)
+			}
+			criuDir = filepath.Join(m.snaps.Path(sn.ID), criuDirName)
 		}
 		spec, imgName, snapID, fromFS = restored, sn.Image, sn.ID, m.snapshotFS(sn.ID)
 	}
@@ -236,14 +262,20 @@ func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest) (*a
 	if hostname == "" {
 		hostname = sb.ID
 	}
-	info, err := m.rt.Create(rctx, runtime.Spec{
+	rspec := runtime.Spec{
 		ID: sb.ID, Hostname: hostname, Image: img,
 		Limits:        runtime.Limits{CPUs: spec.CPUs, MemoryMB: spec.MemoryMB, PIDs: spec.PIDsLimit},
 		DiskMB:        spec.DiskMB,
 		AllowInternet: spec.AllowInternetAccess,
 		Env:           env,
 		FromFS:        fromFS,
-	})
+	}
+	var info *runtime.Info
+	if criuDir != "" {
+		info, err = m.snapper.RestoreMemory(rctx, m.criu, rspec, criuDir)
+	} else {
+		info, err = m.rt.Create(rctx, rspec)
+	}
 	if err != nil {
 		m.metrics.createFailures.Inc()
 		m.setError(rctx, sb.ID, "create failed: "+err.Error())
@@ -450,6 +482,12 @@ func (m *Manager) acquire(ctx context.Context, ref string) (*live, func(), error
 		}
 		return nil, nil, errdefs.FailedPrecondition("%s", msg)
 	}
+	l.gate.RLock()
+	return l, m.busy(l, l.gate.RUnlock), nil
+}
+
+// busy marks l in use (never idle-reaped meanwhile) and returns the release.
+func (m *Manager) busy(l *live, unlock func()) func() {
 	now := m.now()
 	l.mu.Lock()
 	l.inflight++
@@ -457,12 +495,29 @@ func (m *Manager) acquire(ctx context.Context, ref string) (*live, func(), error
 		l.lastActive = now
 	}
 	l.mu.Unlock()
-	return l, func() {
-		l.mu.Lock()
-		l.inflight--
-		l.mu.Unlock()
-		l.touch(m.now())
-	}, nil
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			l.mu.Lock()
+			l.inflight--
+			l.mu.Unlock()
+			l.touch(m.now())
+			unlock()
+		})
+	}
+}
+
+// acquireExclusive is acquire for operations that need the sandbox to
+// themselves (a memory checkpoint): it waits for the calls in flight to end
+// and keeps new ones waiting until released.
+func (m *Manager) acquireExclusive(ctx context.Context, ref string) (*live, func(), error) {
+	l := m.findLive(ref)
+	if l == nil {
+		_, _, err := m.acquire(ctx, ref)
+		return nil, nil, err
+	}
+	l.gate.Lock()
+	return l, m.busy(l, l.gate.Unlock), nil
 }
 
 // findLive finds a running sandbox by id or name without touching the store

@@ -12,6 +12,7 @@ type Metrics struct {
 	execSeconds    prometheus.Histogram
 	codeSeconds    prometheus.Histogram
 	terminated     *prometheus.CounterVec
+	snapshots      *prometheus.CounterVec
 }
 
 func newMetrics() *Metrics {
@@ -31,6 +32,9 @@ func newMetrics() *Metrics {
 			Name: "forkbox_code_seconds", Help: "Duration of run_code calls.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 18),
 		}),
+		snapshots: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "forkbox_snapshots_total", Help: "Checkpoints attempted, by type.",
+		}, []string{"type"}),
 		terminated: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "forkbox_sandbox_terminations_total", Help: "Sandboxes terminated, by reason.",
 		}, []string{"reason"}),
@@ -39,7 +43,7 @@ func newMetrics() *Metrics {
 
 // Register adds the Manager's metrics, including live per-sandbox gauges, to reg.
 func (m *Manager) Register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.metrics.createSeconds, m.metrics.createFailures, m.metrics.execSeconds, m.metrics.codeSeconds, m.metrics.terminated, (*usageCollector)(m)} {
+	for _, c := range []prometheus.Collector{m.metrics.createSeconds, m.metrics.createFailures, m.metrics.execSeconds, m.metrics.codeSeconds, m.metrics.terminated, m.metrics.snapshots, (*usageCollector)(m)} {
 		if err := reg.Register(c); err != nil {
 			return err
 		}

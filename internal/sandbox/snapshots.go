@@ -6,10 +6,15 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/forkbox/forkbox/api"
+	"github.com/forkbox/forkbox/internal/criu"
 	"github.com/forkbox/forkbox/internal/errdefs"
+	"github.com/forkbox/forkbox/internal/image"
+	"github.com/forkbox/forkbox/internal/runtime"
 	"github.com/forkbox/forkbox/internal/store"
 )
 
@@ -18,7 +23,12 @@ type Snapshotter interface {
 	Freeze(ctx context.Context, id string) error
 	Thaw(ctx context.Context, id string) error
 	ExportFS(ctx context.Context, id, dst string) error
+	CheckpointMemory(ctx context.Context, h *criu.Host, id string, info *runtime.Info, img *image.Image, dir string) error
+	RestoreMemory(ctx context.Context, h *criu.Host, spec runtime.Spec, criuDir string) (*runtime.Info, error)
 }
+
+// criuDirName holds the CRIU images inside a memory snapshot.
+const criuDirName = "criu"
 
 // fsArchive is the writable layer inside a snapshot.
 const fsArchive = "fs.tar"
@@ -46,10 +56,10 @@ func (m *Manager) Checkpoint(ctx context.Context, ref string, req *api.Checkpoin
 	if m.snaps == nil {
 		return nil, errdefs.Unavailable("snapshots are not configured on this daemon")
 	}
-	if typ == api.SnapshotMemory {
-		return nil, errdefs.Unavailable("memory snapshots need CRIU, which this daemon does not have yet")
+	if typ == api.SnapshotMemory && m.criu == nil {
+		return nil, errdefs.Unavailable("memory snapshots are unavailable on this host: %s", m.criuProblem)
 	}
-	l, release, err := m.acquire(ctx, ref)
+	l, release, err := m.acquireExclusive(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
@@ -58,6 +68,7 @@ func (m *Manager) Checkpoint(ctx context.Context, ref string, req *api.Checkpoin
 	if err != nil {
 		return nil, err
 	}
+	m.metrics.snapshots.WithLabelValues(typ).Inc()
 	// The snapshot must not be cut short by the client going away.
 	ctx = context.WithoutCancel(ctx)
 	id := newID("snap_")
@@ -71,7 +82,12 @@ func (m *Manager) Checkpoint(ctx context.Context, ref string, req *api.Checkpoin
 			p.Abort()
 		}
 	}()
-	paused, err := m.captureFS(ctx, l.id, filepath.Join(p.Dir(), fsArchive))
+	var paused time.Duration
+	if typ == api.SnapshotMemory {
+		paused, err = m.captureMemory(ctx, l, sb, p.Dir())
+	} else {
+		paused, err = m.captureFS(ctx, l.id, filepath.Join(p.Dir(), fsArchive), nil)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -91,8 +107,10 @@ func (m *Manager) Checkpoint(ctx context.Context, ref string, req *api.Checkpoin
 	return &v, nil
 }
 
-// captureFS freezes the sandbox, archives its writable layer, and thaws it.
-func (m *Manager) captureFS(ctx context.Context, id, dst string) (time.Duration, error) {
+// captureFS freezes the sandbox, archives its writable layer, runs also
+// (when set) while still frozen, and thaws it. It returns how long the
+// sandbox was paused.
+func (m *Manager) captureFS(ctx context.Context, id, dst string, also func() error) (time.Duration, error) {
 	start := time.Now()
 	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -101,10 +119,52 @@ func (m *Manager) captureFS(ctx context.Context, id, dst string) (time.Duration,
 		return 0, fmt.Errorf("pause sandbox: %w", err)
 	}
 	err := m.snapper.ExportFS(ctx, id, dst)
+	if err == nil && also != nil {
+		err = also()
+	}
 	if terr := m.snapper.Thaw(ctx, id); terr != nil && err == nil {
 		err = fmt.Errorf("resume sandbox: %w", terr)
 	}
 	return time.Since(start), err
+}
+
+// captureMemory takes a memory snapshot into dir: the writable layer and,
+// in the same frozen moment, every process with CRIU. The daemon holds no
+// connection into the sandbox meanwhile (acquireExclusive waited for the
+// calls in flight and keeps new ones out).
+func (m *Manager) captureMemory(ctx context.Context, l *live, sb *store.Sandbox, dir string) (time.Duration, error) {
+	img, err := m.images.Get(ctx, sb.Image)
+	if err != nil {
+		return 0, fmt.Errorf("image of the sandbox: %w", err)
+	}
+	criuDir := filepath.Join(dir, criuDirName)
+	var paused time.Duration
+	for attempt := 1; ; attempt++ {
+		l.agent.CloseIdle()
+		if err := os.RemoveAll(criuDir); err != nil {
+			return 0, err
+		}
+		if err := os.Mkdir(criuDir, 0o700); err != nil {
+			return 0, err
+		}
+		paused, err = m.captureFS(ctx, l.id, filepath.Join(dir, fsArchive), func() error {
+			return m.snapper.CheckpointMemory(ctx, m.criu, l.id, l.info, img, criuDir)
+		})
+		// The agent closes its end of a connection the daemon just closed a
+		// moment later; a dump that caught one in between is tried again.
+		if err != nil && attempt < 4 && strings.Contains(err.Error(), "Unix socket") {
+			m.log.Debug("checkpoint met a closing agent connection; retrying", "sandbox", l.id, "attempt", attempt)
+			time.Sleep(time.Duration(attempt) * 30 * time.Millisecond)
+			continue
+		}
+		if err != nil {
+			return paused, err
+		}
+		break
+	}
+	// CRIU's log is not part of the snapshot's content.
+	os.Remove(filepath.Join(criuDir, "dump.log"))
+	return paused, nil
 }
 
 // GetSnapshot returns one snapshot.
@@ -228,4 +288,56 @@ func (m *Manager) reconcileSnapshots(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// Fork takes a memory snapshot of a running sandbox and restores it count
+// times; the branches and the source then diverge independently.
+func (m *Manager) Fork(ctx context.Context, ref string, req *api.ForkRequest) (*api.ForkResult, error) {
+	if req.Count < 1 || req.Count > m.maxFork {
+		return nil, rangeErr("count", req.Count, 1, m.maxFork)
+	}
+	if len(req.Names) > 0 && len(req.Names) != req.Count {
+		return nil, errdefs.InvalidArgument("names: %d names for %d branches", len(req.Names), req.Count)
+	}
+	seen := map[string]bool{}
+	for _, n := range req.Names {
+		if !nameRE.MatchString(n) || seen[n] {
+			return nil, errdefs.InvalidArgument("names: %q is not a valid, distinct sandbox name", n)
+		}
+		seen[n] = true
+	}
+	sn, err := m.Checkpoint(ctx, ref, &api.CheckpointRequest{Type: api.SnapshotMemory, Name: "fork"})
+	if err != nil {
+		return nil, err
+	}
+	res := &api.ForkResult{Snapshot: *sn, Sandboxes: make([]api.Sandbox, req.Count)}
+	errs := make([]error, req.Count)
+	var wg sync.WaitGroup
+	for i := 0; i < req.Count; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			creq := &api.CreateSandboxRequest{SnapshotID: sn.ID}
+			if len(req.Names) > 0 {
+				creq.Name = req.Names[i]
+			}
+			sb, err := m.Create(ctx, creq)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			res.Sandboxes[i] = *sb
+		}(i)
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		// All or nothing: remove the branches that did start.
+		for _, sb := range res.Sandboxes {
+			if sb.ID != "" {
+				m.Delete(context.WithoutCancel(ctx), sb.ID)
+			}
+		}
+		return nil, fmt.Errorf("fork: %w", err)
+	}
+	return res, nil
 }

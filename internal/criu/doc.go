@@ -1,0 +1,25 @@
+// Package criu finds the CRIU binary that forkbox drives for memory
+// snapshots (checkpoint/restore of a sandbox's processes) and checks what it
+// can do on this host.
+//
+// The daemon calls [Check] once at start: it locates CRIU with [Find]
+// ($FORKBOX_CRIU, else /opt/forkbox/criu/sbin/criu as scripts/build-criu.sh
+// installs it, else criu on PATH; version 4.2 or newer, since older CRIU
+// fails on kernels >= 6.13), runs `criu check` and a few `criu check
+// --feature` probes, and returns a [Host]. When the Host is not Usable,
+// memory snapshots are unavailable and Problem says why in words; filesystem
+// snapshots do not need CRIU. Every later dump or restore runs through
+// [Host.Command], which adds the environment the host needs.
+//
+// One such need: in some VMs (Firecracker among them) x86 hardware
+// breakpoints never fire, and CRIU that relies on them hangs during dump or
+// restore. `criu check` then warns "Hardware breakpoints don't seem to work",
+// and Check puts CRIU_FAULT=130 in Host.Env, which makes CRIU skip
+// breakpoints entirely. (CRIU 4.2.1's own probe finds this too and falls back
+// without the variable; setting it whenever the warning shows costs nothing
+// and does not depend on that probe.) Hosts whose breakpoints work get no
+// variable.
+//
+// Check caches nothing on disk (CRIU keeps its own kernel-feature cache in
+// /run/criu.kdat when /run is tmpfs).
+package criu

@@ -1,0 +1,165 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/forkbox/forkbox/api"
+)
+
+func mainResult(t *testing.T, ex *api.Execution) string {
+	t.Helper()
+	if ex.Error != nil {
+		t.Fatalf("cell failed: %+v", ex.Error)
+	}
+	for _, r := range ex.Results {
+		if r["is_main_result"] == true {
+			return fmt.Sprint(r["text"])
+		}
+	}
+	t.Fatalf("no main result: %+v", ex)
+	return ""
+}
+
+// TestMemorySnapshotRestore: variables, execution count and background
+// processes come back in a new sandbox restored from a memory snapshot.
+func TestMemorySnapshotRestore(t *testing.T) {
+	needRoot(t)
+	sb := newSandbox(t, shared, api.CreateSandboxRequest{MemoryMB: i64(1024)})
+	noError(t, runCode(t, shared, sb.ID, py("import pandas as pd, numpy as np\ndf = pd.DataFrame({'a': np.arange(1_000_000), 'b': np.random.rand(1_000_000)})\nx = 41")))
+	sh(t, shared, sb.ID, "mkdir -p /workspace/www && echo served > /workspace/www/hello.txt && cd /workspace/www && nohup python3 -m http.server 8123 --bind 127.0.0.1 >/dev/null 2>&1 &")
+	sh(t, shared, sb.ID, "for i in $(seq 50); do python3 -c \"import urllib.request; urllib.request.urlopen('http://127.0.0.1:8123/hello.txt')\" 2>/dev/null && break; sleep 0.1; done")
+	status, sn, raw := checkpoint(t, shared, sb.ID, api.CheckpointRequest{Type: "memory", Name: "warm"})
+	if status != 201 || sn.Type != "memory" {
+		t.Fatalf("memory checkpoint: %d %s", status, raw)
+	}
+	t.Logf("memory snapshot %s: %d MB, sandbox paused %d ms", sn.ID, sn.SizeBytes>>20, sn.PausedMS)
+	// The source keeps running.
+	if got := mainResult(t, runCode(t, shared, sb.ID, py("x"))); got != "41" {
+		t.Fatalf("source after checkpoint: x = %s", got)
+	}
+	restored := newSandbox(t, shared, api.CreateSandboxRequest{SnapshotID: sn.ID})
+	if restored.ID == sb.ID || restored.SnapshotID != sn.ID || restored.State != api.StateRunning {
+		t.Fatalf("restored: %+v", restored)
+	}
+	ex := runCode(t, shared, restored.ID, py("x + 1"))
+	if got := mainResult(t, ex); got != "42" {
+		t.Fatalf("restored x + 1 = %s", got)
+	}
+	if ex.ExecutionCount != 2 {
+		t.Fatalf("execution_count after restore = %d, want 2 (continuing)", ex.ExecutionCount)
+	}
+	if got := mainResult(t, runCode(t, shared, restored.ID, py("df.shape"))); got != "(1000000, 2)" {
+		t.Fatalf("restored df.shape = %s", got)
+	}
+	res := run(t, shared, restored.ID, "python3", "-c", "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:8123/hello.txt').read().decode().strip())")
+	if res.Stdout != "served\n" {
+		t.Fatalf("background server in the restored sandbox: %+v", res)
+	}
+	// Restored sandboxes diverge from the source.
+	noError(t, runCode(t, shared, restored.ID, py("x = 'changed'")))
+	if got := mainResult(t, runCode(t, shared, sb.ID, py("x"))); got != "41" {
+		t.Fatalf("source changed with the restore: x = %s", got)
+	}
+	if _, err := shared.c.DeleteSandbox(ctxT(t), restored.ID); err != nil {
+		t.Fatal(err)
+	}
+	assertNoLeaks(t, shared, restored.ID)
+}
+
+// TestFork: two branches from one live session fit different models on the
+// same data; the source keeps its own x.
+func TestFork(t *testing.T) {
+	needRoot(t)
+	sb := newSandbox(t, shared, api.CreateSandboxRequest{MemoryMB: i64(1024)})
+	noError(t, runCode(t, shared, sb.ID, py(`import numpy as np
+from sklearn.model_selection import train_test_split
+rng = np.random.default_rng(0)
+X = rng.uniform(-3, 3, size=(2000, 3))
+y = X[:, 0] * 2 + np.sin(X[:, 1] * 2) + rng.normal(0, 0.1, 2000)
+X_train, X_test, y_train, y_test = train_test_split(X, y, random_state=0)
+x = "original"`)))
+	status, raw := postJSON(t, shared, "/v1/sandboxes/"+sb.ID+"/fork", api.ForkRequest{Count: 2, Names: []string{"branch-linear", "branch-boost"}})
+	if status != 201 {
+		t.Fatalf("fork: %d %s", status, raw)
+	}
+	var fr api.ForkResult
+	json.Unmarshal(raw, &fr)
+	if len(fr.Sandboxes) != 2 || fr.Snapshot.Type != "memory" {
+		t.Fatalf("fork result: %s", raw)
+	}
+	for _, b := range fr.Sandboxes {
+		id := b.ID
+		t.Cleanup(func() { shared.c.DeleteSandbox(ctxT(t), id) })
+	}
+	models := map[string]string{
+		"branch-linear": "x = 'linear'\nfrom sklearn.linear_model import LinearRegression as M",
+		"branch-boost":  "x = 'boost'\nfrom sklearn.ensemble import GradientBoostingRegressor as M",
+	}
+	r2 := map[string]float64{}
+	for name, code := range models {
+		ex := runCode(t, shared, name, py(code+"\nm = M().fit(X_train, y_train)\nprint(x, round(m.score(X_test, y_test), 4))"))
+		noError(t, ex)
+		var got string
+		var score float64
+		fmt.Sscanf(strings.Join(ex.Logs.Stdout, ""), "%s %g", &got, &score)
+		if !strings.Contains(name, got) || score <= 0 || score > 1 {
+			t.Fatalf("%s: %v", name, ex.Logs.Stdout)
+		}
+		r2[name] = score
+	}
+	t.Logf("R²: linear %.4f, boost %.4f", r2["branch-linear"], r2["branch-boost"])
+	if r2["branch-linear"] == r2["branch-boost"] {
+		t.Fatal("both branches report the same R²")
+	}
+	if got := mainResult(t, runCode(t, shared, sb.ID, py("x"))); got != "'original'" {
+		t.Fatalf("source x after fork = %s", got)
+	}
+	// Bad fork input.
+	for _, body := range []any{api.ForkRequest{Count: 0}, api.ForkRequest{Count: 100}, api.ForkRequest{Count: 2, Names: []string{"only-one"}}} {
+		if status, raw := postJSON(t, shared, "/v1/sandboxes/"+sb.ID+"/fork", body); status != 400 {
+			t.Fatalf("fork %+v: %d %s", body, status, raw)
+		}
+	}
+}
+
+// TestMemorySnapshotSurvivesRestart: kill -9 of the daemon; the snapshot is
+// still listed and restores with its variables.
+func TestMemorySnapshotSurvivesRestart(t *testing.T) {
+	needRoot(t)
+	d, err := startDaemon(filepath.Join(t.TempDir(), "memrestart"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.deleteAll(); d.stop() })
+	sb, err := d.c.CreateSandbox(ctxT(t), api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	noError(t, runCode(t, d, sb.ID, py("kept = 'across restarts'")))
+	status, sn, raw := checkpoint(t, d, sb.ID, api.CheckpointRequest{Type: "memory"})
+	if status != 201 {
+		t.Fatalf("checkpoint: %d %s", status, raw)
+	}
+	d.kill9()
+	if err := d.start(); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, s := range listSnapshots(t, d) {
+		found = found || s.ID == sn.ID
+	}
+	if !found {
+		t.Fatalf("snapshot %s not listed after restart", sn.ID)
+	}
+	restored, err := d.c.CreateSandbox(ctxT(t), api.CreateSandboxRequest{SnapshotID: sn.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := mainResult(t, runCode(t, d, restored.ID, py("kept"))); got != "'across restarts'" {
+		t.Fatalf("restored after daemon restart: %s", got)
+	}
+}
