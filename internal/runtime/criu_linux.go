@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -183,10 +184,34 @@ func (r *Runtime) RestoreMemory(ctx context.Context, h *criu.Host, spec Spec, cr
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
+	if err := setHostname(info.PID, spec.Hostname); err != nil {
+		return nil, err
+	}
 	if err := r.Adopt(ctx, spec.ID, info); err != nil {
 		return nil, err
 	}
 	return info, nil
+}
+
+// setHostname renames a restored sandbox (its UTS namespace came back with
+// the source's name). It enters the namespace on a thread of its own that
+// is thrown away afterwards.
+func setHostname(pid int, name string) error {
+	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/uts", pid))
+	if err != nil {
+		return err
+	}
+	defer ns.Close()
+	errc := make(chan error, 1)
+	go func() {
+		goruntime.LockOSThread() // never unlocked: the thread exits with the goroutine
+		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWUTS); err != nil {
+			errc <- fmt.Errorf("enter uts namespace: %w", err)
+			return
+		}
+		errc <- unix.Sethostname([]byte(name))
+	}()
+	return <-errc
 }
 
 // criuJoin puts the CRIU process into the sandbox's cgroups before it runs

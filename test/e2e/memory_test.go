@@ -52,6 +52,9 @@ func TestMemorySnapshotRestore(t *testing.T) {
 	if ex.ExecutionCount != 2 {
 		t.Fatalf("execution_count after restore = %d, want 2 (continuing)", ex.ExecutionCount)
 	}
+	if res := run(t, shared, restored.ID, "hostname"); res.Stdout != restored.ID+"\n" {
+		t.Fatalf("restored hostname %q, want its own id", res.Stdout)
+	}
 	if got := mainResult(t, runCode(t, shared, restored.ID, py("df.shape"))); got != "(1000000, 2)" {
 		t.Fatalf("restored df.shape = %s", got)
 	}
