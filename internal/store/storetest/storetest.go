@@ -57,6 +57,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"EventsOrder", testEventsOrder},
 		{"ConcurrentUpdates", testConcurrentUpdates},
 		{"TimePrecisionUTC", testTimePrecisionUTC},
+		{"Snapshots", testSnapshots},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -899,4 +900,59 @@ func testTimePrecisionUTC(t *testing.T, s store.Store) {
 			t.Errorf("event %d At location = %v, want UTC", e.ID, e.At.Location())
 		}
 	}
+}
+
+func testSnapshots(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	base := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
+	mk := func(id, sandbox, parent string, at time.Duration) *store.Snapshot {
+		return &store.Snapshot{ID: id, Name: "n-" + id, Type: "memory", SandboxID: sandbox, ParentID: parent, Image: "python",
+			Spec: store.Spec{CPUs: 1.5, MemoryMB: 512, DiskMB: 1024, Env: map[string]string{"A": "b"}},
+			SizeBytes: 12345, Checksum: "abc", PausedMS: 42, CreatedAt: base.Add(at)}
+	}
+	a, b, c := mk("snap_a", "sbx_1", "", 0), mk("snap_b", "sbx_1", "snap_a", time.Second), mk("snap_c", "sbx_2", "", 2*time.Second)
+	for _, sn := range []*store.Snapshot{a, b, c} {
+		if err := s.CreateSnapshot(ctx, sn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.CreateSnapshot(ctx, mk("snap_a", "sbx_9", "", 0)); !errors.Is(err, errdefs.ErrConflict) {
+		t.Fatalf("duplicate snapshot id: %v", err)
+	}
+	got, err := s.GetSnapshot(ctx, "snap_b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ParentID != "snap_a" || got.Spec.CPUs != 1.5 || got.Spec.Env["A"] != "b" || got.PausedMS != 42 ||
+		got.SizeBytes != 12345 || got.Checksum != "abc" || !got.CreatedAt.Equal(b.CreatedAt) {
+		t.Fatalf("GetSnapshot: %+v", got)
+	}
+	if _, err := s.GetSnapshot(ctx, "snap_nope"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("GetSnapshot unknown: %v", err)
+	}
+	all, err := s.ListSnapshots(ctx, "")
+	if err != nil || len(all) != 3 || all[0].ID != "snap_c" || all[2].ID != "snap_a" {
+		t.Fatalf("ListSnapshots all (newest first): %v %v", snapIDs(all), err)
+	}
+	one, err := s.ListSnapshots(ctx, "sbx_1")
+	if err != nil || len(one) != 2 || one[0].ID != "snap_b" {
+		t.Fatalf("ListSnapshots sbx_1: %v %v", snapIDs(one), err)
+	}
+	if err := s.DeleteSnapshot(ctx, "snap_a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteSnapshot(ctx, "snap_a"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("second delete: %v", err)
+	}
+	if _, err := s.GetSnapshot(ctx, "snap_a"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("deleted snapshot still found: %v", err)
+	}
+}
+
+func snapIDs(list []*store.Snapshot) []string {
+	var out []string
+	for _, sn := range list {
+		out = append(out, sn.ID)
+	}
+	return out
 }
