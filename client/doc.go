@@ -44,4 +44,10 @@
 //
 // CreateContext, ListContexts, InterruptContext, RestartContext and
 // DeleteContext manage the contexts.
+//
+// Checkpoint saves a sandbox as a snapshot (its disk, or with
+// api.SnapshotMemory its processes too), CreateSandbox with SnapshotID
+// restores one, and Fork does both at once: one memory snapshot, then N
+// running copies that diverge from there. ListSnapshots, GetSnapshot and
+// DeleteSnapshot manage the snapshots.
 package client

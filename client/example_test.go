@@ -159,3 +159,35 @@ func ExampleClient_RunCodeStream() {
 	}
 	fmt.Println("cell", exec.ExecutionCount, "took", exec.DurationMS, "ms")
 }
+
+func ExampleClient_Checkpoint() {
+	ctx := context.Background()
+	c := client.FromEnv()
+
+	// Save the kernels' variables too, then start a second sandbox from there.
+	sn, err := c.Checkpoint(ctx, "analysis", api.CheckpointRequest{Type: api.SnapshotMemory, Name: "after-load"})
+	if errors.Is(err, client.ErrUnavailable) {
+		log.Fatal("this host cannot take memory snapshots: ", err)
+	} else if err != nil {
+		log.Fatal(err)
+	}
+	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{SnapshotID: sn.ID})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(sn.ID, "restored as", sb.ID)
+}
+
+func ExampleClient_Fork() {
+	ctx := context.Background()
+	c := client.FromEnv()
+
+	// Three copies of a live sandbox, each free to try something else.
+	res, err := c.Fork(ctx, "analysis", api.ForkRequest{Count: 3, Names: []string{"try-a", "try-b", "try-c"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, sb := range res.Sandboxes {
+		fmt.Println(sb.Name, sb.ID, "from", res.Snapshot.ID)
+	}
+}

@@ -36,13 +36,19 @@ var documented = map[string]reflect.Type{
 	"CreateContextRequest": reflect.TypeFor[api.CreateContextRequest](),
 	"Context":              reflect.TypeFor[api.Context](),
 	"ContextList":          reflect.TypeFor[api.ContextList](),
+	"CheckpointRequest":    reflect.TypeFor[api.CheckpointRequest](),
+	"Snapshot":             reflect.TypeFor[api.Snapshot](),
+	"SnapshotList":         reflect.TypeFor[api.SnapshotList](),
+	"ForkRequest":          reflect.TypeFor[api.ForkRequest](),
+	"ForkResult":           reflect.TypeFor[api.ForkResult](),
 	"Error":                reflect.TypeFor[api.Error](),
 	"ErrorBody":            reflect.TypeFor[api.ErrorBody](),
 }
 
 // requestBodies are decoded strictly by the daemon, so their schemas must
 // forbid unknown properties.
-var requestBodies = []string{"CreateSandboxRequest", "ExecRequest", "RunCodeRequest", "CreateContextRequest"}
+var requestBodies = []string{"CreateSandboxRequest", "ExecRequest", "RunCodeRequest", "CreateContextRequest",
+	"CheckpointRequest", "ForkRequest"}
 
 // schemaOnly are documented shapes without a Go type in package api. Result
 // is the map[string]any of Execution.Results and of a result event.
@@ -304,6 +310,8 @@ func TestOpenAPIPaths(t *testing.T) {
 		"POST /v1/sandboxes/{sandbox}/contexts", "GET /v1/sandboxes/{sandbox}/contexts",
 		"DELETE /v1/sandboxes/{sandbox}/contexts/{id}",
 		"POST /v1/sandboxes/{sandbox}/contexts/{id}/interrupt", "POST /v1/sandboxes/{sandbox}/contexts/{id}/restart",
+		"POST /v1/sandboxes/{sandbox}/checkpoint", "POST /v1/sandboxes/{sandbox}/fork",
+		"GET /v1/snapshots", "GET /v1/snapshots/{id}", "DELETE /v1/snapshots/{id}",
 		"GET /healthz", "GET /metrics", "GET /v1/openapi.json",
 	} {
 		method, p, _ := strings.Cut(want, " ")
@@ -373,5 +381,42 @@ func TestOpenAPIResultFormats(t *testing.T) {
 	}
 	if p := r.Properties["is_main_result"]; p == nil || p.Type != "boolean" {
 		t.Errorf("Result.is_main_result: want boolean")
+	}
+}
+
+// TestOpenAPISnapshotLimits pins the snapshot request limits that the daemon
+// enforces (and the CLI documents) to the document.
+func TestOpenAPISnapshotLimits(t *testing.T) {
+	raw, _ := loadOpenAPI(t)
+	get := func(ref string) any { return resolve(raw, "#/components/schemas/"+ref) }
+	for ref, want := range map[string]any{
+		"CheckpointRequest/properties/type/enum":      []any{api.SnapshotFilesystem, api.SnapshotMemory},
+		"CheckpointRequest/properties/type/default":   api.SnapshotFilesystem,
+		"CheckpointRequest/properties/name/maxLength": 128.0,
+		"Snapshot/properties/type/enum":               []any{api.SnapshotFilesystem, api.SnapshotMemory},
+		"ForkRequest/properties/count/minimum":        1.0,
+		"ForkRequest/properties/count/maximum":        16.0,
+		"ForkRequest/properties/names/items/pattern":  get("CreateSandboxRequest/properties/name/pattern"),
+	} {
+		if got := get(ref); !reflect.DeepEqual(got, want) {
+			t.Errorf("%s = %v, want %v", ref, got, want)
+		}
+	}
+	// The statuses of the snapshot errors are documented.
+	for op, codes := range map[string][]string{
+		"POST /v1/sandboxes/{sandbox}/checkpoint": {"201", "400", "404", "409", "429", "503"},
+		"POST /v1/sandboxes/{sandbox}/fork":       {"201", "400", "404", "409", "429", "503"},
+		"POST /v1/sandboxes":                      {"201", "404", "409", "503"},
+		"GET /v1/snapshots":                       {"200", "404"},
+		"GET /v1/snapshots/{id}":                  {"200", "404"},
+		"DELETE /v1/snapshots/{id}":               {"204", "404"},
+	} {
+		method, path, _ := strings.Cut(op, " ")
+		for _, code := range codes {
+			ref := "#/paths/" + strings.ReplaceAll(path, "/", "~1") + "/" + strings.ToLower(method) + "/responses/" + code
+			if resolve(raw, ref) == nil {
+				t.Errorf("%s: no %s answer", op, code)
+			}
+		}
 	}
 }

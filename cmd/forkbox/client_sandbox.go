@@ -29,10 +29,15 @@ func createCmd() *cobra.Command {
 		Long: `Create a sandbox and print its id.
 
 A sandbox without --name is ephemeral: it is terminated when it has been idle
-for --timeout. A named sandbox is suspended instead and keeps its state.`,
+for --timeout. A named sandbox is suspended instead and keeps its state.
+
+With --snapshot the sandbox starts from a snapshot (see forkbox checkpoint and
+forkbox snapshots) instead of an image: a memory snapshot is a warm start with
+its processes and kernel variables back; limits not given are the snapshot's.`,
 		Example: `  forkbox create
   forkbox create --name analysis --cpus 2 --memory 2048 --timeout 30m --label team=data
-  SB=$(forkbox create) && forkbox exec $SB -- python3 -c 'print(6*7)'`,
+  SB=$(forkbox create) && forkbox exec $SB -- python3 -c 'print(6*7)'
+  forkbox create --snapshot snap_0123456789ab --name analysis-2`,
 		Args: cobra.NoArgs,
 		RunE: run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, _ []string) error {
 			f := cmd.Flags()
@@ -63,7 +68,13 @@ for --timeout. A named sandbox is suspended instead and keeps its state.`,
 			if req.Labels, err = parseKV("label", labels); err != nil {
 				return err
 			}
+			msg := "Creating a sandbox"
+			if req.SnapshotID != "" {
+				msg = "Restoring snapshot " + req.SnapshotID
+			}
+			p := startProgress(cmd, msg)
 			sb, err := c.CreateSandbox(ctx, req)
+			p.Stop()
 			if err != nil {
 				return err
 			}

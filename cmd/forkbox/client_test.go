@@ -32,6 +32,8 @@ type fakeDaemon struct {
 	modes     map[string]string
 	lastReq   map[string]any
 	contexts  map[string][]*api.Context // by sandbox id, in creation order
+	snapshots []*api.Snapshot           // in creation order
+	snapOpts  fakeSnapOpts
 }
 
 func newFakeDaemon(t *testing.T) (*fakeDaemon, string) {
@@ -49,6 +51,11 @@ func newFakeDaemon(t *testing.T) (*fakeDaemon, string) {
 	mux.HandleFunc("GET /v1/sandboxes/{sb}/contexts", d.listContexts)
 	mux.HandleFunc("DELETE /v1/sandboxes/{sb}/contexts/{id}", d.contextAction)
 	mux.HandleFunc("POST /v1/sandboxes/{sb}/contexts/{id}/{action}", d.contextAction)
+	mux.HandleFunc("POST /v1/sandboxes/{sb}/checkpoint", d.checkpoint)
+	mux.HandleFunc("POST /v1/sandboxes/{sb}/fork", d.fork)
+	mux.HandleFunc("GET /v1/snapshots", d.listSnapshots)
+	mux.HandleFunc("GET /v1/snapshots/{id}", d.snapshot)
+	mux.HandleFunc("DELETE /v1/snapshots/{id}", d.snapshot)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return d, srv.URL
@@ -77,17 +84,24 @@ func (d *fakeDaemon) lookup(w http.ResponseWriter, r *http.Request) *api.Sandbox
 }
 
 func (d *fakeDaemon) create(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	if bytes.Contains(body, []byte(`"snapshot_id"`)) && !d.slowCall(r) { // a restore takes a while
+		return
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var raw map[string]any
-	body, _ := io.ReadAll(r.Body)
 	json.Unmarshal(body, &raw)
 	d.lastReq = raw
 	var req api.CreateSandboxRequest
 	json.Unmarshal(body, &req)
+	if req.SnapshotID != "" && d.findSnapshot(req.SnapshotID) < 0 {
+		replyErr(w, errdefs.NotFound("snapshot %q not found", req.SnapshotID))
+		return
+	}
 	id := fmt.Sprintf("sbx_%d", len(d.sandboxes)+1)
 	sb := &api.Sandbox{ID: id, Name: req.Name, State: api.StateRunning, Image: "python", CPUs: 1, MemoryMB: 1024,
-		CreatedAt: time.Now().Add(-90 * time.Second), Labels: req.Labels}
+		CreatedAt: time.Now().Add(-90 * time.Second), Labels: req.Labels, SnapshotID: req.SnapshotID}
 	if req.CPUs != nil {
 		sb.CPUs = *req.CPUs
 	}

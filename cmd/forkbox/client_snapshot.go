@@ -1,0 +1,285 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/forkbox/forkbox/api"
+	"github.com/forkbox/forkbox/client"
+)
+
+func checkpointCmd() *cobra.Command {
+	var (
+		req    api.CheckpointRequest
+		memory bool
+	)
+	cmd := &cobra.Command{
+		Use:   "checkpoint SANDBOX",
+		Short: "Save a sandbox as a snapshot and print the snapshot's id",
+		Long: `Save a running sandbox as a snapshot and print the snapshot's id. The sandbox
+is paused while it is saved and then keeps running.
+
+A filesystem snapshot (the default) holds the sandbox's files: restoring it is
+a cold boot. A memory snapshot (--memory) also holds every process and its
+memory: restoring it is a warm start where the kernels keep their variables.
+It takes longer and needs CRIU on the daemon's host.
+
+Restore a snapshot with forkbox create --snapshot ID.`,
+		Example: `  forkbox checkpoint analysis
+  SNAP=$(forkbox checkpoint --memory --name after-load analysis)
+  forkbox create --snapshot $SNAP --name analysis-2`,
+		Args: exactArgs(1, "checkpoint: name the SANDBOX to checkpoint"),
+		RunE: run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+			sandbox := args[0]
+			req.Type = api.SnapshotFilesystem
+			if memory {
+				req.Type = api.SnapshotMemory
+			}
+			p := startProgress(cmd, fmt.Sprintf("Saving a %s snapshot of %s", req.Type, sandbox))
+			defer p.Stop()
+			sn, err := c.Checkpoint(ctx, sandbox, req)
+			if err != nil {
+				if ctx.Err() != nil {
+					return fmt.Errorf("%w (the daemon may still finish the checkpoint: see forkbox snapshots %s)", errInterrupted, sandbox)
+				}
+				return err
+			}
+			p.Done("Saved %s snapshot %s of %s (%s, paused %s)", sn.Type, sn.ID, sandbox, humanBytes(sn.SizeBytes), humanMS(sn.PausedMS))
+			if clientFlags.json {
+				return printJSON(cmd.OutOrStdout(), sn)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), sn.ID)
+			return nil
+		}),
+	}
+	f := cmd.Flags()
+	f.BoolVar(&memory, "memory", false, "save processes and memory too (a warm restore; needs CRIU on the daemon)")
+	f.StringVar(&req.Name, "name", "", "a label for the snapshot (at most 128 characters; need not be unique)")
+	return cmd
+}
+
+func forkCmd() *cobra.Command {
+	var (
+		count int
+		names []string
+	)
+	cmd := &cobra.Command{
+		Use:   "fork SANDBOX",
+		Short: "Copy a running sandbox into new sandboxes and print their ids",
+		Long: `Take a memory snapshot of a running sandbox and start new sandboxes from it,
+one id per line. The copies start where the source is now, with the same files,
+processes and kernel variables, and from then on diverge independently of it and
+of each other.
+
+Fork is all or nothing: if one copy fails to start, none is kept. It needs CRIU
+on the daemon's host.`,
+		Example: `  forkbox fork analysis
+  forkbox fork analysis -n 3
+  forkbox fork analysis --name try-a --name try-b
+  for SB in $(forkbox fork analysis -n 4); do forkbox run $SB 'print(model.score())' & done; wait`,
+		Args: exactArgs(1, "fork: name the SANDBOX to fork"),
+		RunE: run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+			sandbox := args[0]
+			req := api.ForkRequest{Count: count, Names: names}
+			if !cmd.Flags().Changed("count") {
+				req.Count = max(1, len(names))
+			} else if len(names) > 0 && len(names) != count {
+				return fmt.Errorf("fork: %d --name for -n %d; give one --name per copy, or none", len(names), count)
+			}
+			msg := fmt.Sprintf("Forking %s into %s", sandbox, plural(req.Count, "sandbox", "sandboxes"))
+			p := startProgress(cmd, msg)
+			defer p.Stop()
+			res, err := c.Fork(ctx, sandbox, req)
+			if err != nil {
+				if ctx.Err() != nil {
+					return fmt.Errorf("%w (the daemon may still finish the fork: see forkbox ls and forkbox snapshots %s)", errInterrupted, sandbox)
+				}
+				return err
+			}
+			p.Done("Forked %s into %s from snapshot %s (paused %s)", sandbox, plural(len(res.Sandboxes), "sandbox", "sandboxes"),
+				res.Snapshot.ID, humanMS(res.Snapshot.PausedMS))
+			if clientFlags.json {
+				return printJSON(cmd.OutOrStdout(), res)
+			}
+			for _, sb := range res.Sandboxes {
+				fmt.Fprintln(cmd.OutOrStdout(), sb.ID)
+			}
+			return nil
+		}),
+	}
+	f := cmd.Flags()
+	f.IntVarP(&count, "count", "n", 0, "number of copies, 1–16 (default 1, or one per --name)")
+	f.StringArrayVar(&names, "name", nil, "`NAME` of a copy, in order (repeatable; as many as -n)")
+	return cmd
+}
+
+func snapshotsCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "snapshots [SANDBOX]",
+		Short: "List snapshots, newest first",
+		Long: `List snapshots, newest first: all of them, or those taken of SANDBOX. PARENT is
+the snapshot the sandbox was itself restored from; PAUSED is how long the
+sandbox was paused to take the snapshot.`,
+		Example: `  forkbox snapshots
+  forkbox snapshots analysis`,
+		Args: maxArgs(1, "snapshots: at most one SANDBOX"),
+		RunE: run(listSnapshots),
+	}
+}
+
+func listSnapshots(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+	sandbox := ""
+	if len(args) > 0 {
+		sandbox = args[0]
+	}
+	list, err := c.ListSnapshots(ctx, sandbox)
+	if err != nil {
+		return err
+	}
+	if clientFlags.json {
+		return printJSON(cmd.OutOrStdout(), list)
+	}
+	printSnapshotTable(cmd.OutOrStdout(), list.Snapshots, time.Now())
+	return nil
+}
+
+func printSnapshotTable(w io.Writer, sns []api.Snapshot, now time.Time) {
+	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
+	fmt.Fprintln(tw, "ID\tTYPE\tNAME\tSANDBOX\tPARENT\tSIZE\tPAUSED\tAGE")
+	for _, sn := range sns {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+			sn.ID, sn.Type, orDash(sn.Name), orDash(sn.SandboxID), orDash(sn.ParentID),
+			humanBytes(sn.SizeBytes), humanMS(sn.PausedMS), humanAge(now, sn.CreatedAt))
+	}
+	tw.Flush()
+}
+
+func snapshotCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "snapshot",
+		Short: "List, inspect and remove snapshots",
+		Long: `Snapshots are saved states of sandboxes: take one with forkbox checkpoint (or
+forkbox fork), restore one with forkbox create --snapshot ID.`,
+		Example: `  forkbox snapshot ls analysis
+  forkbox snapshot inspect snap_0123456789ab
+  forkbox snapshot rm snap_0123456789ab`,
+		Args: cobra.NoArgs, // an unknown subcommand is an error, not help
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	cmd.AddCommand(
+		&cobra.Command{
+			Use:     "ls [SANDBOX]",
+			Aliases: []string{"list"},
+			Short:   "List snapshots, newest first (same as forkbox snapshots)",
+			Args:    maxArgs(1, "snapshot ls: at most one SANDBOX"),
+			RunE:    run(listSnapshots),
+		},
+		&cobra.Command{
+			Use:     "inspect ID",
+			Aliases: []string{"get"},
+			Short:   "Show one snapshot",
+			Args:    exactArgs(1, "snapshot inspect: name the snapshot ID"),
+			RunE: run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+				sn, err := c.GetSnapshot(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				if clientFlags.json {
+					return printJSON(cmd.OutOrStdout(), sn)
+				}
+				printSnapshotTable(cmd.OutOrStdout(), []api.Snapshot{*sn}, time.Now())
+				return nil
+			}),
+		},
+		snapshotRmCmd())
+	return cmd
+}
+
+func snapshotRmCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:     "rm ID...",
+		Aliases: []string{"delete"},
+		Short:   "Delete snapshots and free their space",
+		Long: `Delete snapshots and free their space, printing the id of each one deleted
+(--json: a JSON array of them). Sandboxes restored from a snapshot keep
+running: they do not need it.`,
+		Example: `  forkbox snapshot rm snap_0123456789ab snap_ba9876543210`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return errors.New("snapshot rm: name at least one snapshot ID")
+			}
+			return nil
+		},
+		RunE: run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, ids []string) error {
+			var (
+				done   = []string{}
+				failed int
+				last   error
+			)
+			for _, id := range ids {
+				if err := c.DeleteSnapshot(ctx, id); err != nil {
+					if ctx.Err() != nil {
+						return err
+					}
+					failed++
+					last = err
+					if len(ids) > 1 {
+						fmt.Fprintf(cmd.ErrOrStderr(), "forkbox: %s: %v\n", id, explain(err))
+					}
+					continue
+				}
+				done = append(done, id)
+				if !clientFlags.json {
+					fmt.Fprintln(cmd.OutOrStdout(), id)
+				}
+			}
+			if clientFlags.json {
+				if err := printJSON(cmd.OutOrStdout(), done); err != nil {
+					return err
+				}
+			}
+			switch {
+			case failed == 0:
+				return nil
+			case len(ids) == 1:
+				return last
+			}
+			return fmt.Errorf("%d of %d snapshots not removed", failed, len(ids))
+		}),
+	}
+}
+
+// maxArgs is cobra.MaximumNArgs with a message that says what is wrong.
+func maxArgs(n int, msg string) cobra.PositionalArgs {
+	return func(_ *cobra.Command, args []string) error {
+		if len(args) > n {
+			return errors.New(msg)
+		}
+		return nil
+	}
+}
+
+// humanMS formats milliseconds: 420ms, 1.3s, 2m05s; "-" for none.
+func humanMS(ms int64) string {
+	switch {
+	case ms <= 0:
+		return "-"
+	case ms < 1000:
+		return fmt.Sprintf("%dms", ms)
+	}
+	return elapsed(time.Duration(ms) * time.Millisecond)
+}
+
+// plural formats n with the singular or plural noun: 1 sandbox, 3 sandboxes.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}
