@@ -907,7 +907,7 @@ func testSnapshots(t *testing.T, s store.Store) {
 	base := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
 	mk := func(id, sandbox, parent string, at time.Duration) *store.Snapshot {
 		return &store.Snapshot{ID: id, Name: "n-" + id, Type: "memory", SandboxID: sandbox, ParentID: parent, Image: "python",
-			Spec: store.Spec{CPUs: 1.5, MemoryMB: 512, DiskMB: 1024, Env: map[string]string{"A": "b"}},
+			Spec:      store.Spec{CPUs: 1.5, MemoryMB: 512, DiskMB: 1024, Env: map[string]string{"A": "b"}},
 			SizeBytes: 12345, Checksum: "abc", PausedMS: 42, CreatedAt: base.Add(at)}
 	}
 	a, b, c := mk("snap_a", "sbx_1", "", 0), mk("snap_b", "sbx_1", "snap_a", time.Second), mk("snap_c", "sbx_2", "", 2*time.Second)
