@@ -31,6 +31,9 @@ type CreateSandboxRequest struct {
 	AllowInternetAccess bool              `json:"allow_internet_access,omitempty"`
 	Env                 map[string]string `json:"env,omitempty"`
 	Labels              map[string]string `json:"labels,omitempty"`
+	// AutoResume (default true): a call that needs a suspended sandbox
+	// running resumes it; false makes such calls answer 409.
+	AutoResume *bool `json:"auto_resume,omitempty"`
 }
 
 // Sandbox is the sandbox object the API returns.
@@ -48,6 +51,7 @@ type Sandbox struct {
 	TimeoutSecs         int64             `json:"timeout_secs"`
 	MaxLifetimeSecs     int64             `json:"max_lifetime_secs,omitempty"`
 	AllowInternetAccess bool              `json:"allow_internet_access"`
+	AutoResume          bool              `json:"auto_resume"`
 	Env                 map[string]string `json:"env,omitempty"`
 	Labels              map[string]string `json:"labels,omitempty"`
 	CreatedAt           time.Time         `json:"created_at"`

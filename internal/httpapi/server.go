@@ -100,6 +100,8 @@ func (s *Server) routes() {
 	h("POST /v1/sandboxes/{sandbox}/code", s.runCode)
 	h("POST /v1/sandboxes/{sandbox}/checkpoint", s.checkpoint)
 	h("POST /v1/sandboxes/{sandbox}/fork", s.fork)
+	h("POST /v1/sandboxes/{sandbox}/suspend", s.suspend)
+	h("POST /v1/sandboxes/{sandbox}/resume", s.resume)
 	h("GET /v1/snapshots", s.listSnapshots)
 	h("GET /v1/snapshots/{id}", s.getSnapshot)
 	h("DELETE /v1/snapshots/{id}", s.deleteSnapshot)

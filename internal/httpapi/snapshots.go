@@ -59,3 +59,21 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusCreated, res)
 	return nil
 }
+
+func (s *Server) suspend(w http.ResponseWriter, r *http.Request) error {
+	sb, err := s.mgr.Suspend(r.Context(), r.PathValue("sandbox"), "suspended on request")
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, sb)
+	return nil
+}
+
+func (s *Server) resume(w http.ResponseWriter, r *http.Request) error {
+	sb, err := s.mgr.Resume(r.Context(), r.PathValue("sandbox"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, sb)
+	return nil
+}

@@ -14,7 +14,7 @@ import (
 // hostPythonRecipe versions the host-derived python image. Bump it whenever
 // the skeleton, the /etc allowlist, the binds or the defaults change: stores
 // holding an older version rebuild the image on the next EnsureHostPython.
-const hostPythonRecipe = "host-python/2"
+const hostPythonRecipe = "host-python/3"
 
 // hostPython is what the python image promises: this interpreter, able to
 // import these modules (scripts/setup.sh installs them).

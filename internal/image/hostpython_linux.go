@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -148,6 +149,21 @@ func buildHostSkeleton(rootfs, emptyDir string) ([]Bind, error) {
 	} {
 		if err := mkdirMode(filepath.Join(rootfs, d.path), d.mode, d.uid, d.gid); err != nil {
 			return nil, err
+		}
+	}
+	// The user's site-packages exists from the start, so that Python (and a
+	// kernel already running) puts it on sys.path: a `pip install --user`
+	// is then importable without restarting anything.
+	if out, err := exec.Command("/usr/bin/python3", "-I", "-c", "import sys; print('lib/python%d.%d/site-packages' % sys.version_info[:2])").Output(); err == nil {
+		dir := "home/user/.local"
+		if err := mkdirMode(filepath.Join(rootfs, dir), 0o755, userUID, userGID); err != nil {
+			return nil, err
+		}
+		for _, part := range strings.Split(strings.TrimSpace(string(out)), "/") {
+			dir = filepath.Join(dir, part)
+			if err := mkdirMode(filepath.Join(rootfs, dir), 0o755, userUID, userGID); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return binds, nil

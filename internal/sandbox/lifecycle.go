@@ -32,6 +32,9 @@ func (m *Manager) Start(ctx context.Context) error {
 		if err != nil {
 			info = &runtime.Info{}
 		}
+		if m.reconcileSuspend(ctx, sb, info) {
+			continue
+		}
 		switch sb.State {
 		case api.StateRunning:
 			if err := m.rt.Adopt(ctx, sb.ID, info); err == nil {
@@ -117,14 +120,26 @@ func (m *Manager) reapOnce(ctx context.Context) {
 		idle := l.inflight == 0 && now.Sub(l.lastActive) >= l.timeout
 		expired := !l.deadline.IsZero() && now.After(l.deadline)
 		named := l.name != ""
+		startSuspend := idle && named && m.criu != nil && !l.suspending && !expired
+		if startSuspend {
+			l.suspending = true
+		}
 		l.mu.Unlock()
 		switch {
 		case expired:
 			victims = append(victims, victim{l.id, "max lifetime reached"})
 		case idle && !named:
-			// Named sandboxes keep their state; they will be suspended
-			// instead once suspend exists, and are left running until then.
 			victims = append(victims, victim{l.id, "idle timeout"})
+		case startSuspend:
+			// Named sandboxes keep their state: suspended, not terminated.
+			go func(l *live) {
+				if _, err := m.Suspend(context.Background(), l.id, reasonIdle); err != nil {
+					m.log.Error("suspend idle sandbox", "sandbox", l.id, "err", err)
+				}
+				l.mu.Lock()
+				l.suspending = false
+				l.mu.Unlock()
+			}(l)
 		}
 	}
 	m.mu.Unlock()

@@ -77,8 +77,9 @@ type Manager struct {
 	metrics     *Metrics
 	now         func() time.Time
 
-	mu   sync.Mutex
-	live map[string]*live // running sandboxes by id
+	mu    sync.Mutex
+	live  map[string]*live       // running sandboxes by id
+	locks map[string]*sync.Mutex // lifecycleLock
 
 	stop chan struct{}
 	done chan struct{}
@@ -95,6 +96,7 @@ type live struct {
 	// gate is held shared by every call and exclusively by a memory
 	// checkpoint, which needs no connection into the sandbox open.
 	gate        sync.RWMutex
+	suspending  bool // an idle suspend is under way (reaper goroutine only)
 	mu          sync.Mutex
 	inflight    int
 	lastActive  time.Time
@@ -165,7 +167,8 @@ func rangeErr(field string, v any, lo, hi any) error {
 func (m *Manager) validate(req *api.CreateSandboxRequest) (store.Spec, error) {
 	d := m.defaults
 	spec := store.Spec{CPUs: d.CPUs, MemoryMB: d.MemoryMB, DiskMB: d.DiskMB, PIDsLimit: d.PIDsLimit, TimeoutSecs: d.TimeoutSecs,
-		AllowInternetAccess: req.AllowInternetAccess, Env: req.Env, Labels: req.Labels}
+		AllowInternetAccess: req.AllowInternetAccess, Env: req.Env, Labels: req.Labels,
+		NoAutoResume: req.AutoResume != nil && !*req.AutoResume}
 	if req.Name != "" && (!nameRE.MatchString(req.Name) || strings.HasPrefix(req.Name, "sbx_")) {
 		return spec, errdefs.InvalidArgument("name: %q must match %s and not start with sbx_", req.Name, nameRE)
 	}
@@ -401,7 +404,8 @@ func (m *Manager) view(sb *store.Sandbox) *api.Sandbox {
 		SnapshotID: sb.SnapshotID, CPUs: sb.Spec.CPUs, MemoryMB: sb.Spec.MemoryMB, DiskMB: sb.Spec.DiskMB,
 		PIDsLimit: sb.Spec.PIDsLimit, TimeoutSecs: sb.Spec.TimeoutSecs, MaxLifetimeSecs: sb.Spec.MaxLifetimeSecs,
 		AllowInternetAccess: sb.Spec.AllowInternetAccess, Env: maps.Clone(sb.Spec.Env), Labels: maps.Clone(sb.Spec.Labels),
-		CreatedAt: sb.CreatedAt, LastActiveAt: sb.LastActiveAt, TerminatedAt: sb.TerminatedAt,
+		AutoResume: !sb.Spec.NoAutoResume,
+		CreatedAt:  sb.CreatedAt, LastActiveAt: sb.LastActiveAt, TerminatedAt: sb.TerminatedAt,
 	}
 	m.mu.Lock()
 	l := m.live[sb.ID]
@@ -433,6 +437,8 @@ func (m *Manager) Delete(ctx context.Context, ref string) (*api.Sandbox, error) 
 }
 
 func (m *Manager) terminate(ctx context.Context, id, reason string) (*api.Sandbox, error) {
+	unlock := m.lifecycleLock(id)
+	defer unlock()
 	l := m.untrack(id)
 	var info *runtime.Info
 	if l != nil {
@@ -451,15 +457,20 @@ func (m *Manager) terminate(ctx context.Context, id, reason string) (*api.Sandbo
 		return nil, fmt.Errorf("terminate sandbox %s: %w", id, err)
 	}
 	now := m.now().UTC()
+	var suspendImage string
 	sb, err := m.store.Update(ctx, id, func(s *store.Sandbox) error {
 		if err := checkTransition(s.ID, s.State, api.StateTerminated); err != nil {
 			return err
 		}
 		s.State, s.StateReason, s.TerminatedAt = api.StateTerminated, reason, &now
+		suspendImage, s.SuspendImage = s.SuspendImage, ""
 		return nil
 	})
 	if err != nil {
 		return nil, err
+	}
+	if suspendImage != "" {
+		m.dropSnapshot(ctx, suspendImage)
 	}
 	m.metrics.terminated.WithLabelValues(reason).Inc()
 	m.log.Info("sandbox terminated", "sandbox", id, "reason", reason)
@@ -469,12 +480,40 @@ func (m *Manager) terminate(ctx context.Context, id, reason string) (*api.Sandbo
 // acquire finds a running sandbox for a call, marks it busy and active. The
 // returned release must be called when the call ends.
 func (m *Manager) acquire(ctx context.Context, ref string) (*live, func(), error) {
+	for {
+		l, release, err := m.acquireOnce(ctx, ref)
+		if err != nil || l == nil {
+			return l, release, err
+		}
+		// A suspend may have freed the sandbox while this call waited at
+		// its gate: then start over (which resumes it).
+		m.mu.Lock()
+		current := m.live[l.id] == l
+		m.mu.Unlock()
+		if current {
+			return l, release, nil
+		}
+		release()
+	}
+}
+
+func (m *Manager) acquireOnce(ctx context.Context, ref string) (*live, func(), error) {
 	l := m.findLive(ref)
 	if l == nil {
 		// Not running here: the store says why (unknown, terminated, …).
 		sb, err := m.store.Get(ctx, ref)
 		if err != nil {
 			return nil, nil, err
+		}
+		if sb.State == api.StateSuspended || sb.State == api.StateResuming {
+			if err := m.resumeFor(ctx, sb); err != nil {
+				return nil, nil, err
+			}
+			if l = m.findLive(sb.ID); l != nil {
+				l.gate.RLock()
+				return l, m.busy(l, l.gate.RUnlock, true), nil
+			}
+			sb, _ = m.store.Get(ctx, sb.ID)
 		}
 		msg := fmt.Sprintf("sandbox %s is %s", sb.ID, sb.State)
 		if sb.StateReason != "" {
@@ -483,25 +522,27 @@ func (m *Manager) acquire(ctx context.Context, ref string) (*live, func(), error
 		return nil, nil, errdefs.FailedPrecondition("%s", msg)
 	}
 	l.gate.RLock()
-	return l, m.busy(l, l.gate.RUnlock), nil
+	return l, m.busy(l, l.gate.RUnlock, true), nil
 }
 
-// busy marks l in use (never idle-reaped meanwhile) and returns the release.
-func (m *Manager) busy(l *live, unlock func()) func() {
-	now := m.now()
+// busy marks l in use (never idle-reaped meanwhile) and returns the
+// release. A user's call (touch) also counts as activity.
+func (m *Manager) busy(l *live, unlock func(), touch bool) func() {
 	l.mu.Lock()
 	l.inflight++
-	if now.After(l.lastActive) {
-		l.lastActive = now
-	}
 	l.mu.Unlock()
+	if touch {
+		l.touch(m.now())
+	}
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			l.mu.Lock()
 			l.inflight--
 			l.mu.Unlock()
-			l.touch(m.now())
+			if touch {
+				l.touch(m.now())
+			}
 			unlock()
 		})
 	}
@@ -517,7 +558,7 @@ func (m *Manager) acquireExclusive(ctx context.Context, ref string) (*live, func
 		return nil, nil, err
 	}
 	l.gate.Lock()
-	return l, m.busy(l, l.gate.Unlock), nil
+	return l, m.busy(l, l.gate.Unlock, false), nil
 }
 
 // findLive finds a running sandbox by id or name without touching the store

@@ -173,6 +173,9 @@ func (m *Manager) GetSnapshot(ctx context.Context, id string) (*api.Snapshot, er
 	if err != nil {
 		return nil, err
 	}
+	if sn.Type == snapshotSuspend {
+		return nil, errdefs.NotFound("snapshot %q not found", id)
+	}
 	v := snapshotView(sn)
 	return &v, nil
 }
@@ -193,7 +196,9 @@ func (m *Manager) ListSnapshots(ctx context.Context, ref string) ([]api.Snapshot
 	}
 	out := make([]api.Snapshot, 0, len(list))
 	for _, sn := range list {
-		out = append(out, snapshotView(sn))
+		if sn.Type != snapshotSuspend { // a sandbox's own suspend images are not listed
+			out = append(out, snapshotView(sn))
+		}
 	}
 	return out, nil
 }
@@ -201,7 +206,7 @@ func (m *Manager) ListSnapshots(ctx context.Context, ref string) ([]api.Snapshot
 // DeleteSnapshot deletes a snapshot and frees its space. Sandboxes restored
 // from it are not affected (they hold their own copy).
 func (m *Manager) DeleteSnapshot(ctx context.Context, id string) error {
-	if _, err := m.store.GetSnapshot(ctx, id); err != nil {
+	if _, err := m.GetSnapshot(ctx, id); err != nil {
 		return err
 	}
 	// Record first: a crash in between leaves files without a record, which
@@ -219,6 +224,9 @@ func (m *Manager) restoreSource(ctx context.Context, req *api.CreateSandboxReque
 	sn, err := m.store.GetSnapshot(ctx, req.SnapshotID)
 	if err != nil {
 		return nil, spec, err
+	}
+	if sn.Type == snapshotSuspend {
+		return nil, spec, errdefs.NotFound("snapshot %q not found", req.SnapshotID)
 	}
 	if req.Image != "" && req.Image != sn.Image {
 		return nil, spec, errdefs.InvalidArgument("image: the snapshot sits on image %q; leave image empty", sn.Image)

@@ -61,6 +61,8 @@ var migrations = []string{
 		created_at  INTEGER NOT NULL
 	);
 	CREATE INDEX snapshots_sandbox ON snapshots(sandbox_id, created_at);`,
+	// 4: the latest suspend image of a suspended sandbox.
+	`ALTER TABLE sandboxes ADD COLUMN suspend_image TEXT NOT NULL DEFAULT '';`,
 }
 
 // SQLite is the embedded Store: one database file in the data directory,
@@ -159,7 +161,7 @@ func (s *SQLite) migrate(ctx context.Context) error {
 // Close closes the database.
 func (s *SQLite) Close() error { return s.db.Close() }
 
-const sandboxCols = `id, name, state, state_reason, image, snapshot_id, spec, runtime, created_at, last_active_at, terminated_at`
+const sandboxCols = `id, name, state, state_reason, image, snapshot_id, spec, runtime, created_at, last_active_at, terminated_at, suspend_image`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -170,7 +172,7 @@ func scanSandbox(r scanner) (*Sandbox, error) {
 		created, active int64
 		terminated      sql.NullInt64
 	)
-	if err := r.Scan(&sb.ID, &sb.Name, &sb.State, &sb.StateReason, &sb.Image, &sb.SnapshotID, &spec, &rt, &created, &active, &terminated); err != nil {
+	if err := r.Scan(&sb.ID, &sb.Name, &sb.State, &sb.StateReason, &sb.Image, &sb.SnapshotID, &spec, &rt, &created, &active, &terminated, &sb.SuspendImage); err != nil {
 		return nil, err
 	}
 	if err := json.Unmarshal([]byte(spec), &sb.Spec); err != nil {
@@ -215,9 +217,9 @@ func (s *SQLite) Create(ctx context.Context, sb *Sandbox) error {
 		return fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback()
-	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes(`+sandboxCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?)`,
+	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes(`+sandboxCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)`,
 		sb.ID, sb.Name, sb.State, sb.StateReason, sb.Image, sb.SnapshotID, string(spec), runtimeJSON(sb.Runtime),
-		sb.CreatedAt.UnixNano(), sb.LastActiveAt.UnixNano(), nullTime(sb.TerminatedAt))
+		sb.CreatedAt.UnixNano(), sb.LastActiveAt.UnixNano(), nullTime(sb.TerminatedAt), sb.SuspendImage)
 	if isUniqueViolation(err) {
 		if sb.Name != "" {
 			return errdefs.Conflict("a sandbox named %q already exists", sb.Name)
@@ -324,9 +326,9 @@ func (s *SQLite) Update(ctx context.Context, id string, fn func(*Sandbox) error)
 		return nil, fmt.Errorf("encode spec: %w", err)
 	}
 	_, err = tx.ExecContext(ctx, `UPDATE sandboxes SET name=?, state=?, state_reason=?, image=?, snapshot_id=?, spec=?, runtime=?,
-		last_active_at=?, terminated_at=? WHERE id=?`,
+		last_active_at=?, terminated_at=?, suspend_image=? WHERE id=?`,
 		sb.Name, sb.State, sb.StateReason, sb.Image, sb.SnapshotID, string(spec), runtimeJSON(sb.Runtime),
-		sb.LastActiveAt.UnixNano(), nullTime(sb.TerminatedAt), id)
+		sb.LastActiveAt.UnixNano(), nullTime(sb.TerminatedAt), sb.SuspendImage, id)
 	if isUniqueViolation(err) {
 		return nil, errdefs.Conflict("a sandbox named %q already exists", sb.Name)
 	}

@@ -25,7 +25,10 @@ type Sandbox struct {
 	Spec        Spec
 	// Runtime is the runtime's own record of where the sandbox lives on the
 	// host (init PID, paths, network link). The store does not interpret it.
-	Runtime      json.RawMessage
+	Runtime json.RawMessage
+	// SuspendImage is the snapshot holding a suspended sandbox's state (its
+	// latest suspend); "" when it never was suspended.
+	SuspendImage string
 	CreatedAt    time.Time
 	LastActiveAt time.Time
 	TerminatedAt *time.Time
@@ -42,6 +45,9 @@ type Spec struct {
 	AllowInternetAccess bool              `json:"allow_internet_access"`
 	Env                 map[string]string `json:"env,omitempty"`
 	Labels              map[string]string `json:"labels,omitempty"`
+	// NoAutoResume: calls that need the sandbox running answer 409 while it
+	// is suspended instead of resuming it.
+	NoAutoResume bool `json:"no_auto_resume,omitempty"`
 }
 
 // Event records one state change.
