@@ -34,6 +34,9 @@ type CreateSandboxRequest struct {
 	// AutoResume (default true): a call that needs a suspended sandbox
 	// running resumes it; false makes such calls answer 409.
 	AutoResume *bool `json:"auto_resume,omitempty"`
+	// Pool hands out a ready sandbox of that warm pool (falling back to a
+	// normal restore when it is empty).
+	Pool string `json:"pool,omitempty"`
 }
 
 // Sandbox is the sandbox object the API returns.
@@ -184,4 +187,29 @@ type ForkRequest struct {
 type ForkResult struct {
 	Snapshot  Snapshot  `json:"snapshot"`
 	Sandboxes []Sandbox `json:"sandboxes"`
+}
+
+// CreatePoolRequest is the body of POST /v1/pools: keep Size sandboxes
+// restored from SnapshotID (a golden snapshot) or started from Image, ready
+// to hand out.
+type CreatePoolRequest struct {
+	Name       string `json:"name"`
+	SnapshotID string `json:"snapshot_id,omitempty"`
+	Image      string `json:"image,omitempty"`
+	Size       int    `json:"size"`
+}
+
+// Pool is a warm pool of ready sandboxes.
+type Pool struct {
+	Name       string    `json:"name"`
+	SnapshotID string    `json:"snapshot_id,omitempty"`
+	Image      string    `json:"image"`
+	Size       int       `json:"size"`
+	Ready      int       `json:"ready"`
+	CreatedAt  time.Time `json:"created_at"`
+}
+
+// PoolList is the body of GET /v1/pools.
+type PoolList struct {
+	Pools []Pool `json:"pools"`
 }
