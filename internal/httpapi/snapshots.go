@@ -77,3 +77,29 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusOK, sb)
 	return nil
 }
+
+func (s *Server) createPool(w http.ResponseWriter, r *http.Request) error {
+	var req api.CreatePoolRequest
+	if err := s.decodeJSON(w, r, &req); err != nil {
+		return err
+	}
+	p, err := s.mgr.CreatePool(r.Context(), &req)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, p)
+	return nil
+}
+
+func (s *Server) listPools(w http.ResponseWriter, r *http.Request) error {
+	writeJSON(w, http.StatusOK, api.PoolList{Pools: s.mgr.ListPools(r.Context())})
+	return nil
+}
+
+func (s *Server) deletePool(w http.ResponseWriter, r *http.Request) error {
+	if err := s.mgr.DeletePool(r.Context(), r.PathValue("name")); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}

@@ -79,6 +79,9 @@ func (m *Manager) Start(ctx context.Context) error {
 	if err := m.reconcileSnapshots(ctx); err != nil {
 		return fmt.Errorf("reconcile snapshots: %w", err)
 	}
+	if err := m.loadPools(ctx); err != nil {
+		return fmt.Errorf("load pools: %w", err)
+	}
 	go m.reapLoop()
 	return nil
 }
@@ -120,6 +123,9 @@ func (m *Manager) reapOnce(ctx context.Context) {
 		idle := l.inflight == 0 && now.Sub(l.lastActive) >= l.timeout
 		expired := !l.deadline.IsZero() && now.After(l.deadline)
 		named := l.name != ""
+		if l.pooled {
+			idle = false
+		}
 		startSuspend := idle && named && m.criu != nil && !l.suspending && !expired
 		if startSuspend {
 			l.suspending = true

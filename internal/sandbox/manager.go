@@ -80,6 +80,7 @@ type Manager struct {
 	mu    sync.Mutex
 	live  map[string]*live       // running sandboxes by id
 	locks map[string]*sync.Mutex // lifecycleLock
+	pools map[string]*pool
 
 	stop chan struct{}
 	done chan struct{}
@@ -97,6 +98,7 @@ type live struct {
 	// checkpoint, which needs no connection into the sandbox open.
 	gate        sync.RWMutex
 	suspending  bool // an idle suspend is under way (reaper goroutine only)
+	pooled      bool // ready in a warm pool: never idle-reaped
 	mu          sync.Mutex
 	inflight    int
 	lastActive  time.Time
@@ -217,6 +219,9 @@ func (m *Manager) validate(req *api.CreateSandboxRequest) (store.Spec, error) {
 
 // Create validates req, records the sandbox and starts it.
 func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest) (*api.Sandbox, error) {
+	if req.Pool != "" {
+		return m.createFromPool(ctx, req)
+	}
 	spec, err := m.validate(req)
 	if err != nil {
 		return nil, err

@@ -63,6 +63,14 @@ var migrations = []string{
 	CREATE INDEX snapshots_sandbox ON snapshots(sandbox_id, created_at);`,
 	// 4: the latest suspend image of a suspended sandbox.
 	`ALTER TABLE sandboxes ADD COLUMN suspend_image TEXT NOT NULL DEFAULT '';`,
+	// 5: warm pools.
+	`CREATE TABLE pools (
+		name        TEXT PRIMARY KEY,
+		snapshot_id TEXT NOT NULL DEFAULT '',
+		image       TEXT NOT NULL DEFAULT '',
+		size        INTEGER NOT NULL,
+		created_at  INTEGER NOT NULL
+	);`,
 }
 
 // SQLite is the embedded Store: one database file in the data directory,
@@ -453,6 +461,51 @@ func (s *SQLite) DeleteSnapshot(ctx context.Context, id string) error {
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
 		return errdefs.NotFound("snapshot %q not found", id)
+	}
+	return nil
+}
+
+// CreatePool implements Store.
+func (s *SQLite) CreatePool(ctx context.Context, p *Pool) error {
+	_, err := s.db.ExecContext(ctx, `INSERT INTO pools(name, snapshot_id, image, size, created_at) VALUES (?,?,?,?,?)`,
+		p.Name, p.SnapshotID, p.Image, p.Size, p.CreatedAt.UnixNano())
+	if isUniqueViolation(err) {
+		return errdefs.Conflict("a pool named %q already exists", p.Name)
+	}
+	if err != nil {
+		return fmt.Errorf("insert pool: %w", err)
+	}
+	return nil
+}
+
+// ListPools implements Store.
+func (s *SQLite) ListPools(ctx context.Context) ([]*Pool, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT name, snapshot_id, image, size, created_at FROM pools ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("list pools: %w", err)
+	}
+	defer rows.Close()
+	var out []*Pool
+	for rows.Next() {
+		var p Pool
+		var created int64
+		if err := rows.Scan(&p.Name, &p.SnapshotID, &p.Image, &p.Size, &created); err != nil {
+			return nil, err
+		}
+		p.CreatedAt = time.Unix(0, created).UTC()
+		out = append(out, &p)
+	}
+	return out, rows.Err()
+}
+
+// DeletePool implements Store.
+func (s *SQLite) DeletePool(ctx context.Context, name string) error {
+	res, err := s.db.ExecContext(ctx, `DELETE FROM pools WHERE name = ?`, name)
+	if err != nil {
+		return fmt.Errorf("delete pool %s: %w", name, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return errdefs.NotFound("pool %q not found", name)
 	}
 	return nil
 }

@@ -83,6 +83,16 @@ type Snapshot struct {
 	CreatedAt time.Time
 }
 
+// Pool is a warm pool's durable record; its ready sandboxes are ordinary
+// sandbox rows carrying the PoolLabel.
+type Pool struct {
+	Name       string
+	SnapshotID string
+	Image      string
+	Size       int
+	CreatedAt  time.Time
+}
+
 // Store is the metadata store. Implementations are safe for concurrent use.
 type Store interface {
 	// Create inserts a new sandbox and its first event. A name already used by
@@ -110,5 +120,12 @@ type Store interface {
 	ListSnapshots(ctx context.Context, sandboxID string) ([]*Snapshot, error)
 	// DeleteSnapshot removes a snapshot's record. Missing: errdefs.ErrNotFound.
 	DeleteSnapshot(ctx context.Context, id string) error
+
+	// CreatePool records a pool; a duplicate name is errdefs.ErrConflict.
+	CreatePool(ctx context.Context, p *Pool) error
+	// ListPools returns every pool, by name.
+	ListPools(ctx context.Context) ([]*Pool, error)
+	// DeletePool removes a pool's record. Missing: errdefs.ErrNotFound.
+	DeletePool(ctx context.Context, name string) error
 	Close() error
 }

@@ -1,0 +1,285 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/forkbox/forkbox/api"
+	"github.com/forkbox/forkbox/internal/errdefs"
+	"github.com/forkbox/forkbox/internal/store"
+)
+
+// Warm pools: a pool keeps Size sandboxes restored from a golden snapshot
+// (or started from an image) running and unclaimed, so that a create that
+// names the pool gets one at once; the pool refills in the background. Ready
+// sandboxes are ordinary sandbox rows labelled PoolLabel=<pool> and
+// PoolReadyLabel; handing one out renames and relabels it in one
+// transaction. Ready sandboxes are never idle-reaped.
+
+// Labels that mark pool sandboxes.
+const (
+	PoolLabel      = "forkbox.pool"
+	PoolReadyLabel = "forkbox.pool.ready"
+	maxPoolSize    = 32
+)
+
+type pool struct {
+	rec     store.Pool
+	mu      sync.Mutex
+	ready   []string // ids of ready sandboxes, oldest first
+	filling int      // creates under way
+	deleted bool
+}
+
+func (m *Manager) poolView(p *pool) api.Pool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return api.Pool{Name: p.rec.Name, SnapshotID: p.rec.SnapshotID, Image: p.rec.Image, Size: p.rec.Size,
+		Ready: len(p.ready), CreatedAt: p.rec.CreatedAt}
+}
+
+// CreatePool records a pool and starts filling it.
+func (m *Manager) CreatePool(ctx context.Context, req *api.CreatePoolRequest) (*api.Pool, error) {
+	if !nameRE.MatchString(req.Name) {
+		return nil, errdefs.InvalidArgument("name: %q must match %s", req.Name, nameRE)
+	}
+	if req.Size < 1 || req.Size > maxPoolSize {
+		return nil, rangeErr("size", req.Size, 1, maxPoolSize)
+	}
+	if (req.SnapshotID == "") == (req.Image == "") {
+		return nil, errdefs.InvalidArgument("snapshot_id, image: give exactly one")
+	}
+	rec := store.Pool{Name: req.Name, SnapshotID: req.SnapshotID, Image: req.Image, Size: req.Size, CreatedAt: m.now().UTC()}
+	if req.SnapshotID != "" {
+		sn, err := m.store.GetSnapshot(ctx, req.SnapshotID)
+		if err != nil || sn.Type == snapshotSuspend {
+			return nil, errdefs.NotFound("snapshot %q not found", req.SnapshotID)
+		}
+		rec.Image = sn.Image
+	} else if _, err := m.images.Get(ctx, req.Image); err != nil {
+		return nil, err
+	}
+	if err := m.store.CreatePool(ctx, &rec); err != nil {
+		return nil, err
+	}
+	p := &pool{rec: rec}
+	m.mu.Lock()
+	if m.pools == nil {
+		m.pools = map[string]*pool{}
+	}
+	m.pools[rec.Name] = p
+	m.mu.Unlock()
+	m.refill(p)
+	v := m.poolView(p)
+	return &v, nil
+}
+
+// ListPools lists the pools.
+func (m *Manager) ListPools(ctx context.Context) []api.Pool {
+	m.mu.Lock()
+	ps := make([]*pool, 0, len(m.pools))
+	for _, p := range m.pools {
+		ps = append(ps, p)
+	}
+	m.mu.Unlock()
+	out := make([]api.Pool, 0, len(ps))
+	for _, p := range ps {
+		out = append(out, m.poolView(p))
+	}
+	sortPools(out)
+	return out
+}
+
+// DeletePool removes a pool and terminates its ready sandboxes.
+func (m *Manager) DeletePool(ctx context.Context, name string) error {
+	m.mu.Lock()
+	p := m.pools[name]
+	delete(m.pools, name)
+	m.mu.Unlock()
+	if p == nil {
+		return errdefs.NotFound("pool %q not found", name)
+	}
+	p.mu.Lock()
+	p.deleted = true
+	ready := p.ready
+	p.ready = nil
+	p.mu.Unlock()
+	for _, id := range ready {
+		m.terminate(context.WithoutCancel(ctx), id, "pool deleted")
+	}
+	return m.store.DeletePool(ctx, name)
+}
+
+// refill starts creates until the pool is full again.
+func (m *Manager) refill(p *pool) {
+	p.mu.Lock()
+	need := p.rec.Size - len(p.ready) - p.filling
+	if p.deleted || need <= 0 {
+		p.mu.Unlock()
+		return
+	}
+	p.filling += need
+	p.mu.Unlock()
+	for i := 0; i < need; i++ {
+		go func() {
+			id, err := m.createPooled(context.Background(), p)
+			p.mu.Lock()
+			p.filling--
+			deleted := p.deleted
+			if err == nil && !deleted {
+				p.ready = append(p.ready, id)
+			}
+			p.mu.Unlock()
+			if err != nil {
+				m.log.Error("fill pool", "pool", p.rec.Name, "err", err)
+				return
+			}
+			if deleted {
+				m.terminate(context.Background(), id, "pool deleted")
+			}
+		}()
+	}
+}
+
+func (m *Manager) createPooled(ctx context.Context, p *pool) (string, error) {
+	sb, err := m.Create(ctx, &api.CreateSandboxRequest{SnapshotID: p.rec.SnapshotID, Image: imageIfNoSnapshot(p.rec),
+		Labels: map[string]string{PoolLabel: p.rec.Name, PoolReadyLabel: "true"}})
+	if err != nil {
+		return "", err
+	}
+	m.markPooled(sb.ID, true)
+	return sb.ID, nil
+}
+
+func imageIfNoSnapshot(r store.Pool) string {
+	if r.SnapshotID != "" {
+		return ""
+	}
+	return r.Image
+}
+
+// markPooled exempts a ready sandbox from idle reaping (or ends that).
+func (m *Manager) markPooled(id string, pooled bool) {
+	if l := m.findLive(id); l != nil {
+		l.mu.Lock()
+		l.pooled = pooled
+		l.lastActive = m.now()
+		l.mu.Unlock()
+	}
+}
+
+// createFromPool hands out a ready sandbox of the named pool, or (when the
+// pool is empty) creates one from the pool's source.
+func (m *Manager) createFromPool(ctx context.Context, req *api.CreateSandboxRequest) (*api.Sandbox, error) {
+	m.mu.Lock()
+	p := m.pools[req.Pool]
+	m.mu.Unlock()
+	if p == nil {
+		return nil, errdefs.NotFound("pool %q not found", req.Pool)
+	}
+	if req.SnapshotID != "" || req.Image != "" {
+		return nil, errdefs.InvalidArgument("pool: a pool sandbox comes from the pool's own snapshot or image; leave snapshot_id and image empty")
+	}
+	spec, err := m.validate(req)
+	if err != nil {
+		return nil, err
+	}
+	defer m.refill(p)
+	for {
+		p.mu.Lock()
+		if len(p.ready) == 0 {
+			p.mu.Unlock()
+			break
+		}
+		id := p.ready[0]
+		p.ready = p.ready[1:]
+		p.mu.Unlock()
+		sb, err := m.claim(ctx, id, req, spec)
+		if err == nil {
+			return sb, nil
+		}
+		if errors.Is(err, errdefs.ErrConflict) || errors.Is(err, errdefs.ErrInvalidArgument) {
+			// The request itself is wrong (a name in use): give the
+			// sandbox back.
+			p.mu.Lock()
+			p.ready = append([]string{id}, p.ready...)
+			p.mu.Unlock()
+			return nil, err
+		}
+		m.log.Warn("pool sandbox unusable; trying the next", "pool", p.rec.Name, "sandbox", id, "err", err)
+		m.terminate(context.WithoutCancel(ctx), id, "unusable pool sandbox")
+	}
+	// Empty pool: a normal restore.
+	fallback := *req
+	fallback.Pool, fallback.SnapshotID, fallback.Image = "", p.rec.SnapshotID, imageIfNoSnapshot(p.rec)
+	return m.Create(ctx, &fallback)
+}
+
+// claim turns a ready pool sandbox into the requester's sandbox: its name,
+// labels, env for later calls and idle timeout.
+func (m *Manager) claim(ctx context.Context, id string, req *api.CreateSandboxRequest, spec store.Spec) (*api.Sandbox, error) {
+	l := m.findLive(id)
+	if l == nil {
+		return nil, fmt.Errorf("pool sandbox %s is not running", id)
+	}
+	now := m.now().UTC()
+	sb, err := m.store.Update(ctx, id, func(s *store.Sandbox) error {
+		if s.State != api.StateRunning {
+			return fmt.Errorf("pool sandbox %s is %s", id, s.State)
+		}
+		s.Name = req.Name
+		s.Spec.Labels = spec.Labels
+		s.Spec.TimeoutSecs = spec.TimeoutSecs
+		s.Spec.MaxLifetimeSecs = spec.MaxLifetimeSecs
+		s.Spec.NoAutoResume = spec.NoAutoResume
+		s.LastActiveAt = now
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	l.name = req.Name
+	l.pooled = false
+	l.timeout = time.Duration(spec.TimeoutSecs) * time.Second
+	l.lastActive = now
+	if spec.MaxLifetimeSecs > 0 {
+		l.deadline = now.Add(time.Duration(spec.MaxLifetimeSecs) * time.Second)
+	}
+	l.mu.Unlock()
+	m.log.Info("sandbox handed out from pool", "sandbox", id, "pool", req.Pool, "name", req.Name)
+	return m.view(sb), nil
+}
+
+// loadPools restores the pools at start: their records, and as ready
+// sandboxes the running ones still labelled ready.
+func (m *Manager) loadPools(ctx context.Context) error {
+	recs, err := m.store.ListPools(ctx)
+	if err != nil {
+		return err
+	}
+	for _, rec := range recs {
+		p := &pool{rec: *rec}
+		list, err := m.store.List(ctx, store.ListFilter{State: api.StateRunning, Labels: map[string]string{PoolLabel: rec.Name, PoolReadyLabel: "true"}})
+		if err != nil {
+			return err
+		}
+		for i := len(list) - 1; i >= 0; i-- {
+			if m.findLive(list[i].ID) != nil {
+				p.ready = append(p.ready, list[i].ID)
+				m.markPooled(list[i].ID, true)
+			}
+		}
+		m.mu.Lock()
+		if m.pools == nil {
+			m.pools = map[string]*pool{}
+		}
+		m.pools[rec.Name] = p
+		m.mu.Unlock()
+		m.refill(p)
+	}
+	return nil
+}
