@@ -84,8 +84,10 @@ func (m *Manager) Suspend(ctx context.Context, ref, reason string) (*api.Sandbox
 	if _, err := m.setState(ctx, sb.ID, api.StateSuspending, reason, nil); err != nil {
 		return nil, err
 	}
+	faultPoint("suspend:recorded")
 	start := time.Now()
 	img, err := m.takeSuspendImage(ctx, l, sb)
+	faultPoint("suspend:imaged")
 	if err != nil {
 		// Nothing was freed: the sandbox goes on running.
 		m.setState(ctx, sb.ID, api.StateRunning, "", nil)
@@ -95,6 +97,7 @@ func (m *Manager) Suspend(ctx context.Context, ref, reason string) (*api.Sandbox
 	if err := m.rt.Destroy(ctx, sb.ID, l.info); err != nil {
 		m.log.Error("free suspended sandbox", "sandbox", sb.ID, "err", err)
 	}
+	faultPoint("suspend:freed")
 	old := sb.SuspendImage
 	sb, err = m.setState(ctx, sb.ID, api.StateSuspended, reason, func(s *store.Sandbox) {
 		s.SuspendImage = img
@@ -194,6 +197,7 @@ func (m *Manager) Resume(ctx context.Context, ref string) (*api.Sandbox, error) 
 	if _, err := m.setState(ctx, sb.ID, api.StateResuming, "", nil); err != nil {
 		return nil, err
 	}
+	faultPoint("resume:recorded")
 	start := time.Now()
 	hostname := sb.Name
 	if hostname == "" {
@@ -210,6 +214,7 @@ func (m *Manager) Resume(ctx context.Context, ref string) (*api.Sandbox, error) 
 		m.setState(ctx, sb.ID, api.StateSuspended, "resume failed: "+err.Error(), nil)
 		return nil, fmt.Errorf("resume %s: %w", sb.ID, err)
 	}
+	faultPoint("resume:restored")
 	now := m.now().UTC()
 	sb.LastActiveAt = now
 	l := m.track(sb, info)
