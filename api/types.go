@@ -70,6 +70,10 @@ type Usage struct {
 	MemoryPeakBytes int64   `json:"memory_peak_bytes"`
 	PIDs            int64   `json:"pids"`
 	DiskUsedBytes   int64   `json:"disk_used_bytes"`
+	// RunningSeconds and SuspendedSeconds add up the time spent in each
+	// state since creation (from the state history).
+	RunningSeconds   float64 `json:"running_seconds"`
+	SuspendedSeconds float64 `json:"suspended_seconds"`
 }
 
 // SandboxList is the body of GET /v1/sandboxes.

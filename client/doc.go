@@ -50,4 +50,19 @@
 // restores one, and Fork does both at once: one memory snapshot, then N
 // running copies that diverge from there. ListSnapshots, GetSnapshot and
 // DeleteSnapshot manage the snapshots.
+//
+// Suspend saves a running sandbox to disk and frees its CPU and memory;
+// Resume brings it back under the same id and name, kernels and all. A
+// sandbox created with AutoResume (the default) is also resumed by the next
+// call that needs it running.
+//
+// CreatePool keeps a number of sandboxes ready, restored from a golden
+// snapshot (or started from an image), and CreateSandbox with Pool hands one
+// out at once:
+//
+//	_, err := c.CreatePool(ctx, api.CreatePoolRequest{Name: "warm", SnapshotID: snap.ID, Size: 4})
+//	...
+//	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Pool: "warm", Name: "session-42"})
+//
+// ListPools and DeletePool manage the pools.
 package client

@@ -41,6 +41,9 @@ var documented = map[string]reflect.Type{
 	"SnapshotList":         reflect.TypeFor[api.SnapshotList](),
 	"ForkRequest":          reflect.TypeFor[api.ForkRequest](),
 	"ForkResult":           reflect.TypeFor[api.ForkResult](),
+	"CreatePoolRequest":    reflect.TypeFor[api.CreatePoolRequest](),
+	"Pool":                 reflect.TypeFor[api.Pool](),
+	"PoolList":             reflect.TypeFor[api.PoolList](),
 	"Error":                reflect.TypeFor[api.Error](),
 	"ErrorBody":            reflect.TypeFor[api.ErrorBody](),
 }
@@ -48,7 +51,7 @@ var documented = map[string]reflect.Type{
 // requestBodies are decoded strictly by the daemon, so their schemas must
 // forbid unknown properties.
 var requestBodies = []string{"CreateSandboxRequest", "ExecRequest", "RunCodeRequest", "CreateContextRequest",
-	"CheckpointRequest", "ForkRequest"}
+	"CheckpointRequest", "ForkRequest", "CreatePoolRequest"}
 
 // schemaOnly are documented shapes without a Go type in package api. Result
 // is the map[string]any of Execution.Results and of a result event.
@@ -312,6 +315,8 @@ func TestOpenAPIPaths(t *testing.T) {
 		"POST /v1/sandboxes/{sandbox}/contexts/{id}/interrupt", "POST /v1/sandboxes/{sandbox}/contexts/{id}/restart",
 		"POST /v1/sandboxes/{sandbox}/checkpoint", "POST /v1/sandboxes/{sandbox}/fork",
 		"GET /v1/snapshots", "GET /v1/snapshots/{id}", "DELETE /v1/snapshots/{id}",
+		"POST /v1/sandboxes/{sandbox}/suspend", "POST /v1/sandboxes/{sandbox}/resume",
+		"POST /v1/pools", "GET /v1/pools", "DELETE /v1/pools/{name}",
 		"GET /healthz", "GET /metrics", "GET /v1/openapi.json",
 	} {
 		method, p, _ := strings.Cut(want, " ")
@@ -417,6 +422,72 @@ func TestOpenAPISnapshotLimits(t *testing.T) {
 			if resolve(raw, ref) == nil {
 				t.Errorf("%s: no %s answer", op, code)
 			}
+		}
+	}
+}
+
+// TestOpenAPIPoolsAndSuspend pins the pool limits, the create fields of
+// suspend and pools, and the statuses of their errors to the document.
+func TestOpenAPIPoolsAndSuspend(t *testing.T) {
+	raw, _ := loadOpenAPI(t)
+	get := func(ref string) any { return resolve(raw, "#/components/schemas/"+ref) }
+	namePattern := get("CreateSandboxRequest/properties/name/pattern")
+	if namePattern != "^[a-z0-9][a-z0-9_-]{0,62}$" {
+		t.Fatalf("CreateSandboxRequest.name pattern = %v", namePattern)
+	}
+	for ref, want := range map[string]any{
+		"CreatePoolRequest/properties/size/minimum":           1.0,
+		"CreatePoolRequest/properties/size/maximum":           32.0,
+		"CreatePoolRequest/properties/name/pattern":           namePattern,
+		"CreatePoolRequest/additionalProperties":              false,
+		"CreatePoolRequest/required":                          []any{"name", "size"},
+		"Pool/properties/name/pattern":                        namePattern,
+		"CreateSandboxRequest/properties/pool/pattern":        namePattern,
+		"CreateSandboxRequest/properties/auto_resume/type":    "boolean",
+		"CreateSandboxRequest/properties/auto_resume/default": true,
+		"Sandbox/properties/auto_resume/type":                 "boolean",
+	} {
+		if got := get(ref); !reflect.DeepEqual(got, want) {
+			t.Errorf("%s = %v, want %v", ref, got, want)
+		}
+	}
+	params, _ := resolve(raw, "#/paths/~1v1~1pools~1{name}/parameters").([]any)
+	if len(params) != 1 || params[0].(map[string]any)["name"] != "name" ||
+		params[0].(map[string]any)["schema"].(map[string]any)["pattern"] != namePattern {
+		t.Errorf("/v1/pools/{name} parameters = %v, want the name with the sandbox name pattern", params)
+	}
+	for op, codes := range map[string][]string{
+		"POST /v1/sandboxes/{sandbox}/suspend": {"200", "404", "409", "503"},
+		"POST /v1/sandboxes/{sandbox}/resume":  {"200", "404", "409", "503"},
+		"POST /v1/pools":                       {"201", "400", "404", "409"},
+		"GET /v1/pools":                        {"200"},
+		"DELETE /v1/pools/{name}":              {"204", "404"},
+	} {
+		method, path, _ := strings.Cut(op, " ")
+		for _, code := range codes {
+			ref := "#/paths/" + strings.ReplaceAll(path, "/", "~1") + "/" + strings.ToLower(method) + "/responses/" + code
+			if resolve(raw, ref) == nil {
+				t.Errorf("%s: no %s answer", op, code)
+			}
+		}
+	}
+	// Suspend and resume answer the sandbox; pools answer their schemas.
+	for ref, want := range map[string]string{
+		"/v1/sandboxes/{sandbox}/suspend/post/responses/200": "Sandbox",
+		"/v1/sandboxes/{sandbox}/resume/post/responses/200":  "Sandbox",
+		"/v1/pools/post/responses/201":                       "Pool",
+		"/v1/pools/get/responses/200":                        "PoolList",
+		"/v1/pools/post/requestBody":                         "CreatePoolRequest",
+	} {
+		path, rest, _ := strings.Cut(strings.TrimPrefix(ref, "/"), "/post/")
+		method := "post"
+		if rest == "" {
+			path, rest, _ = strings.Cut(strings.TrimPrefix(ref, "/"), "/get/")
+			method = "get"
+		}
+		full := "#/paths/~1" + strings.ReplaceAll(path, "/", "~1") + "/" + method + "/" + rest + "/content/application~1json/schema/$ref"
+		if got := resolve(raw, full); got != "#/components/schemas/"+want {
+			t.Errorf("%s: schema %v, want %s", ref, got, want)
 		}
 	}
 }

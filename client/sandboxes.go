@@ -68,3 +68,35 @@ func (c *Client) DeleteSandbox(ctx context.Context, sandbox string) (*api.Sandbo
 	}
 	return &sb, nil
 }
+
+// Suspend saves a running sandbox (id or name) to disk with its memory and
+// processes and frees its CPU and RAM; it returns the sandbox, suspended. It
+// can take seconds, and the daemon finishes a suspend it has started even
+// when ctx is cancelled. The sandbox keeps its id and name; Resume (or, when
+// the sandbox has AutoResume, the next call that needs it) brings it back.
+//
+// Errors: ErrNotFound for an unknown sandbox, ErrFailedPrecondition when the
+// sandbox is not running, ErrUnavailable when the host cannot take memory
+// snapshots.
+func (c *Client) Suspend(ctx context.Context, sandbox string) (*api.Sandbox, error) {
+	var sb api.Sandbox
+	if err := c.doJSON(ctx, http.MethodPost, sandboxPath(sandbox, "/suspend"), nil, nil, &sb); err != nil {
+		return nil, err
+	}
+	return &sb, nil
+}
+
+// Resume restores a suspended sandbox (id or name) under the same id and
+// name, with its files, processes and kernel variables, and returns it
+// running.
+//
+// Errors: ErrNotFound for an unknown sandbox, ErrFailedPrecondition when the
+// sandbox is not suspended, ErrUnavailable when the host cannot restore
+// memory snapshots.
+func (c *Client) Resume(ctx context.Context, sandbox string) (*api.Sandbox, error) {
+	var sb api.Sandbox
+	if err := c.doJSON(ctx, http.MethodPost, sandboxPath(sandbox, "/resume"), nil, nil, &sb); err != nil {
+		return nil, err
+	}
+	return &sb, nil
+}

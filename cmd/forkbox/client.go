@@ -1,8 +1,9 @@
 package main
 
 // The client commands (create, ls, exec, run, contexts, context, cp, rm,
-// checkpoint, fork, snapshots, snapshot) talk to a daemon over HTTP through
-// the Go SDK in package client; nothing here knows the wire format.
+// suspend, resume, checkpoint, fork, snapshots, snapshot, pool) talk to a
+// daemon over HTTP through the Go SDK in package client; nothing here knows
+// the wire format.
 
 import (
 	"context"
@@ -48,7 +49,7 @@ func addClientFlags(root *cobra.Command) {
 // clientCmds returns the commands that talk to a daemon.
 func clientCmds() []*cobra.Command {
 	return []*cobra.Command{createCmd(), lsCmd(), execCmd(), runCmd(), contextsCmd(), contextCmd(), cpCmd(), rmCmd(),
-		checkpointCmd(), forkCmd(), snapshotsCmd(), snapshotCmd()}
+		suspendCmd(), resumeCmd(), checkpointCmd(), forkCmd(), snapshotsCmd(), snapshotCmd(), poolCmd()}
 }
 
 // newClient builds a client from the persistent flags.

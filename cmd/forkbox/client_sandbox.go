@@ -18,6 +18,7 @@ import (
 func createCmd() *cobra.Command {
 	var (
 		req                api.CreateSandboxRequest
+		noAutoResume       bool
 		cpus               float64
 		memory, disk, pids int64
 		timeout, lifetime  secondsFlag
@@ -33,11 +34,20 @@ for --timeout. A named sandbox is suspended instead and keeps its state.
 
 With --snapshot the sandbox starts from a snapshot (see forkbox checkpoint and
 forkbox snapshots) instead of an image: a memory snapshot is a warm start with
-its processes and kernel variables back; limits not given are the snapshot's.`,
+its processes and kernel variables back; limits not given are the snapshot's.
+
+With --pool the sandbox is taken from a warm pool (see forkbox pool): a ready
+sandbox is handed out at once, with --name and --label applied; when the pool
+is empty, one is restored as usual.
+
+A suspended sandbox (see forkbox suspend) is resumed by the next call that
+needs it running; with --no-auto-resume such calls fail instead, until
+forkbox resume.`,
 		Example: `  forkbox create
   forkbox create --name analysis --cpus 2 --memory 2048 --timeout 30m --label team=data
   SB=$(forkbox create) && forkbox exec $SB -- python3 -c 'print(6*7)'
-  forkbox create --snapshot snap_0123456789ab --name analysis-2`,
+  forkbox create --snapshot snap_0123456789ab --name analysis-2
+  forkbox create --pool warm --name session-42`,
 		Args: cobra.NoArgs,
 		RunE: run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, _ []string) error {
 			f := cmd.Flags()
@@ -61,6 +71,13 @@ its processes and kernel variables back; limits not given are the snapshot's.`,
 				s := wholeSeconds(lifetime.secs)
 				req.MaxLifetimeSecs = &s
 			}
+			if req.Pool != "" && (req.SnapshotID != "" || req.Image != "") {
+				return fmt.Errorf("create: a --pool sandbox comes from the pool's own snapshot or image; drop --snapshot and --image")
+			}
+			if noAutoResume {
+				autoResume := false
+				req.AutoResume = &autoResume
+			}
 			var err error
 			if req.Env, err = parseKV("env", env); err != nil {
 				return err
@@ -69,7 +86,10 @@ its processes and kernel variables back; limits not given are the snapshot's.`,
 				return err
 			}
 			msg := "Creating a sandbox"
-			if req.SnapshotID != "" {
+			switch {
+			case req.Pool != "":
+				msg = "Taking a sandbox from pool " + req.Pool
+			case req.SnapshotID != "":
 				msg = "Restoring snapshot " + req.SnapshotID
 			}
 			p := startProgress(cmd, msg)
@@ -89,6 +109,8 @@ its processes and kernel variables back; limits not given are the snapshot's.`,
 	f.StringVar(&req.Name, "name", "", "unique name; a named sandbox is suspended, not terminated, when idle")
 	f.StringVar(&req.Image, "image", "", `image to start from (default "python")`)
 	f.StringVar(&req.SnapshotID, "snapshot", "", "snapshot id to restore instead of an image")
+	f.StringVar(&req.Pool, "pool", "", "take a ready sandbox from the warm pool `NAME` (see forkbox pool)")
+	f.BoolVar(&noAutoResume, "no-auto-resume", false, "do not resume the sandbox by itself when a call needs it while it is suspended")
 	f.Float64Var(&cpus, "cpus", 0, "CPU limit, fractional (e.g. 0.5)")
 	f.Int64Var(&memory, "memory", 0, "memory limit in MB")
 	f.Int64Var(&disk, "disk", 0, "writable disk size in MB")

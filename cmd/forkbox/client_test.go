@@ -34,6 +34,7 @@ type fakeDaemon struct {
 	contexts  map[string][]*api.Context // by sandbox id, in creation order
 	snapshots []*api.Snapshot           // in creation order
 	snapOpts  fakeSnapOpts
+	pools     []*api.Pool // in creation order
 }
 
 func newFakeDaemon(t *testing.T) (*fakeDaemon, string) {
@@ -56,6 +57,11 @@ func newFakeDaemon(t *testing.T) (*fakeDaemon, string) {
 	mux.HandleFunc("GET /v1/snapshots", d.listSnapshots)
 	mux.HandleFunc("GET /v1/snapshots/{id}", d.snapshot)
 	mux.HandleFunc("DELETE /v1/snapshots/{id}", d.snapshot)
+	mux.HandleFunc("POST /v1/sandboxes/{sb}/suspend", d.suspend)
+	mux.HandleFunc("POST /v1/sandboxes/{sb}/resume", d.resume)
+	mux.HandleFunc("POST /v1/pools", d.createPool)
+	mux.HandleFunc("GET /v1/pools", d.listPools)
+	mux.HandleFunc("DELETE /v1/pools/{name}", d.deletePool)
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return d, srv.URL
@@ -85,7 +91,8 @@ func (d *fakeDaemon) lookup(w http.ResponseWriter, r *http.Request) *api.Sandbox
 
 func (d *fakeDaemon) create(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
-	if bytes.Contains(body, []byte(`"snapshot_id"`)) && !d.slowCall(r) { // a restore takes a while
+	slow := bytes.Contains(body, []byte(`"snapshot_id"`)) || bytes.Contains(body, []byte(`"pool"`))
+	if slow && !d.slowCall(r) { // a restore takes a while
 		return
 	}
 	d.mu.Lock()
@@ -99,9 +106,19 @@ func (d *fakeDaemon) create(w http.ResponseWriter, r *http.Request) {
 		replyErr(w, errdefs.NotFound("snapshot %q not found", req.SnapshotID))
 		return
 	}
+	if req.Pool != "" {
+		p := d.findPool(req.Pool)
+		if p == nil {
+			replyErr(w, errdefs.NotFound("pool %q not found", req.Pool))
+			return
+		}
+		req.SnapshotID = p.SnapshotID
+		p.Ready = max(0, p.Ready-1)
+	}
 	id := fmt.Sprintf("sbx_%d", len(d.sandboxes)+1)
 	sb := &api.Sandbox{ID: id, Name: req.Name, State: api.StateRunning, Image: "python", CPUs: 1, MemoryMB: 1024,
-		CreatedAt: time.Now().Add(-90 * time.Second), Labels: req.Labels, SnapshotID: req.SnapshotID}
+		CreatedAt: time.Now().Add(-90 * time.Second), Labels: req.Labels, SnapshotID: req.SnapshotID,
+		AutoResume: req.AutoResume == nil || *req.AutoResume}
 	if req.CPUs != nil {
 		sb.CPUs = *req.CPUs
 	}

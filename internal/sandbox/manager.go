@@ -425,7 +425,37 @@ func (m *Manager) view(sb *store.Sandbox) *api.Sandbox {
 		v.Usage = &api.Usage{CPUSeconds: u.CPUSeconds, MemoryBytes: u.MemoryBytes, MemoryPeakBytes: u.MemoryPeakBytes,
 			PIDs: u.PIDs, DiskUsedBytes: u.DiskUsedBytes}
 	}
+	if sb.State != api.StateTerminated {
+		if v.Usage == nil {
+			v.Usage = &api.Usage{}
+		}
+		v.Usage.RunningSeconds, v.Usage.SuspendedSeconds = m.stateTimes(sb.ID)
+	}
 	return v
+}
+
+// stateTimes adds up the seconds a sandbox spent running and suspended,
+// from its state history.
+func (m *Manager) stateTimes(id string) (running, suspended float64) {
+	evs, err := m.store.Events(context.Background(), id)
+	if err != nil {
+		return 0, 0
+	}
+	now := m.now()
+	for i, e := range evs {
+		end := now
+		if i+1 < len(evs) {
+			end = evs[i+1].At
+		}
+		d := end.Sub(e.At).Seconds()
+		switch e.To {
+		case api.StateRunning:
+			running += d
+		case api.StateSuspended:
+			suspended += d
+		}
+	}
+	return running, suspended
 }
 
 // Delete terminates a sandbox and frees everything it held. Deleting a
