@@ -149,6 +149,17 @@ func (m *Manager) reapOnce(ctx context.Context) {
 		}
 	}
 	m.mu.Unlock()
+	// Suspended sandboxes cost only disk, but their lifetime still ends.
+	m.reapTick++
+	if m.reapTick%10 == 0 {
+		if list, err := m.store.List(ctx, store.ListFilter{State: api.StateSuspended}); err == nil {
+			for _, sb := range list {
+				if sb.Spec.MaxLifetimeSecs > 0 && now.After(sb.CreatedAt.Add(time.Duration(sb.Spec.MaxLifetimeSecs)*time.Second)) {
+					victims = append(victims, victim{sb.ID, "max lifetime reached"})
+				}
+			}
+		}
+	}
 	for _, v := range victims {
 		if _, err := m.terminate(ctx, v.id, v.reason); err != nil {
 			m.log.Error("reap sandbox", "sandbox", v.id, "err", err)

@@ -82,8 +82,9 @@ type Manager struct {
 	locks map[string]*sync.Mutex // lifecycleLock
 	pools map[string]*pool
 
-	stop chan struct{}
-	done chan struct{}
+	stop     chan struct{}
+	done     chan struct{}
+	reapTick int // reaper goroutine only
 }
 
 // live is the in-memory side of a running sandbox.

@@ -1,6 +1,10 @@
 package sandbox
 
 import (
+	"context"
+
+	"github.com/forkbox/forkbox/api"
+	"github.com/forkbox/forkbox/internal/store"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -55,6 +59,7 @@ type usageCollector Manager
 
 var (
 	descLive   = prometheus.NewDesc("forkbox_sandboxes_running", "Sandboxes running on this daemon.", nil, nil)
+	descStates = prometheus.NewDesc("forkbox_sandboxes", "Sandboxes by state (terminated ones excluded).", []string{"state"}, nil)
 	descCPU    = prometheus.NewDesc("forkbox_sandbox_cpu_seconds_total", "CPU time used by a sandbox.", []string{"sandbox", "name"}, nil)
 	descMem    = prometheus.NewDesc("forkbox_sandbox_memory_bytes", "Memory in use by a sandbox.", []string{"sandbox", "name"}, nil)
 	descMemMax = prometheus.NewDesc("forkbox_sandbox_memory_peak_bytes", "Peak memory of a sandbox.", []string{"sandbox", "name"}, nil)
@@ -63,7 +68,7 @@ var (
 )
 
 func (c *usageCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descLive, descCPU, descMem, descMemMax, descPIDs, descDisk} {
+	for _, d := range []*prometheus.Desc{descLive, descStates, descCPU, descMem, descMemMax, descPIDs, descDisk} {
 		ch <- d
 	}
 }
@@ -77,6 +82,17 @@ func (c *usageCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	m.mu.Unlock()
 	ch <- prometheus.MustNewConstMetric(descLive, prometheus.GaugeValue, float64(len(ls)))
+	if all, err := m.store.List(context.Background(), store.ListFilter{}); err == nil {
+		counts := map[string]int{}
+		for _, sb := range all {
+			if sb.State != api.StateTerminated {
+				counts[sb.State]++
+			}
+		}
+		for _, st := range []string{api.StateCreating, api.StateRunning, api.StateSuspending, api.StateSuspended, api.StateResuming, api.StateError} {
+			ch <- prometheus.MustNewConstMetric(descStates, prometheus.GaugeValue, float64(counts[st]), st)
+		}
+	}
 	for _, l := range ls {
 		u := m.rt.Usage(l.id)
 		ch <- prometheus.MustNewConstMetric(descCPU, prometheus.CounterValue, u.CPUSeconds, l.id, l.name)

@@ -125,3 +125,24 @@ func TestBusyNamedSandboxNotSuspended(t *testing.T) {
 		}
 	}
 }
+
+// TestMaxLifetimeEndsSuspended: max_lifetime_secs terminates a sandbox even
+// while it is suspended; usage reports the time in each state.
+func TestMaxLifetimeEndsSuspended(t *testing.T) {
+	needRoot(t)
+	sb := newSandbox(t, shared, api.CreateSandboxRequest{Name: "short-lived", TimeoutSecs: i64(1), MaxLifetimeSecs: i64(8)})
+	noError(t, runCode(t, shared, sb.ID, py("1")))
+	got := waitState(t, shared, sb.ID, api.StateSuspended, 30*time.Second)
+	if got.Usage == nil || got.Usage.RunningSeconds <= 0 {
+		t.Fatalf("usage of a suspended sandbox: %+v", got.Usage)
+	}
+	_, _, raw := call(t, shared, "GET", "/metrics", "", nil)
+	if !strings.Contains(string(raw), `forkbox_sandboxes{state="suspended"}`) {
+		t.Fatal("metrics lack the suspended count")
+	}
+	got = waitState(t, shared, sb.ID, api.StateTerminated, 30*time.Second)
+	if got.StateReason != "max lifetime reached" {
+		t.Fatalf("reason %q", got.StateReason)
+	}
+	assertNoLeaks(t, shared, sb.ID)
+}
