@@ -221,40 +221,7 @@ handed out keep running.`,
 			return nil
 		},
 		RunE: run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, names []string) error {
-			var (
-				done   = []string{}
-				failed int
-				last   error
-			)
-			for _, name := range names {
-				if err := c.DeletePool(ctx, name); err != nil {
-					if ctx.Err() != nil {
-						return err
-					}
-					failed++
-					last = err
-					if len(names) > 1 {
-						fmt.Fprintf(cmd.ErrOrStderr(), "forkbox: %s: %v\n", name, explain(err))
-					}
-					continue
-				}
-				done = append(done, name)
-				if !clientFlags.json {
-					fmt.Fprintln(cmd.OutOrStdout(), name)
-				}
-			}
-			if clientFlags.json {
-				if err := printJSON(cmd.OutOrStdout(), done); err != nil {
-					return err
-				}
-			}
-			switch {
-			case failed == 0:
-				return nil
-			case len(names) == 1:
-				return last
-			}
-			return fmt.Errorf("%d of %d pools not removed", failed, len(names))
+			return removeEach(ctx, cmd, names, "pools", func(name string) error { return c.DeletePool(ctx, name) })
 		}),
 	}
 }

@@ -217,40 +217,7 @@ running: they do not need it.`,
 			return nil
 		},
 		RunE: run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, ids []string) error {
-			var (
-				done   = []string{}
-				failed int
-				last   error
-			)
-			for _, id := range ids {
-				if err := c.DeleteSnapshot(ctx, id); err != nil {
-					if ctx.Err() != nil {
-						return err
-					}
-					failed++
-					last = err
-					if len(ids) > 1 {
-						fmt.Fprintf(cmd.ErrOrStderr(), "forkbox: %s: %v\n", id, explain(err))
-					}
-					continue
-				}
-				done = append(done, id)
-				if !clientFlags.json {
-					fmt.Fprintln(cmd.OutOrStdout(), id)
-				}
-			}
-			if clientFlags.json {
-				if err := printJSON(cmd.OutOrStdout(), done); err != nil {
-					return err
-				}
-			}
-			switch {
-			case failed == 0:
-				return nil
-			case len(ids) == 1:
-				return last
-			}
-			return fmt.Errorf("%d of %d snapshots not removed", failed, len(ids))
+			return removeEach(ctx, cmd, ids, "snapshots", func(id string) error { return c.DeleteSnapshot(ctx, id) })
 		}),
 	}
 }
@@ -282,4 +249,44 @@ func plural(n int, one, many string) string {
 		return "1 " + one
 	}
 	return fmt.Sprintf("%d %s", n, many)
+}
+
+// removeEach deletes each named item, printing what was removed (or, with
+// --json, a list of it); it carries on past failures and reports how many
+// failed. what is the plural noun for the message ("snapshots").
+func removeEach(ctx context.Context, cmd *cobra.Command, items []string, what string, del func(string) error) error {
+	var (
+		done   = []string{}
+		failed int
+		last   error
+	)
+	for _, item := range items {
+		if err := del(item); err != nil {
+			if ctx.Err() != nil {
+				return err
+			}
+			failed++
+			last = err
+			if len(items) > 1 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "forkbox: %s: %v\n", item, explain(err))
+			}
+			continue
+		}
+		done = append(done, item)
+		if !clientFlags.json {
+			fmt.Fprintln(cmd.OutOrStdout(), item)
+		}
+	}
+	if clientFlags.json {
+		if err := printJSON(cmd.OutOrStdout(), done); err != nil {
+			return err
+		}
+	}
+	switch {
+	case failed == 0:
+		return nil
+	case len(items) == 1:
+		return last
+	}
+	return fmt.Errorf("%d of %d %s not removed", failed, len(items), what)
 }

@@ -2,11 +2,9 @@ package httpapi
 
 import (
 	"net/http"
-	"sync"
 
 	"github.com/forkbox/forkbox/api"
 	"github.com/forkbox/forkbox/internal/agent"
-	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/sandbox"
 )
 
@@ -25,20 +23,9 @@ func (s *Server) runCode(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	}
 	// SSE: stdout, stderr, result and error events as the cell produces
-	// them, then done with the whole execution. The stream opens at the first
-	// event, so a refusal before the cell starts still gets its status code.
-	var (
-		mu     sync.Mutex
-		stream *sse
-	)
-	emit := func(event string, v any) {
-		mu.Lock()
-		defer mu.Unlock()
-		if stream == nil {
-			stream = newSSE(w)
-		}
-		stream.send(event, v)
-	}
+	// them, then done with the whole execution.
+	stream := &lazySSE{w: w}
+	emit := stream.emit
 	exec, err := s.mgr.RunCode(r.Context(), ref, &req, sandbox.CodeOptions{OnEvent: func(ev agent.CodeEvent) {
 		switch ev.Type {
 		case "stdout":
@@ -52,15 +39,7 @@ func (s *Server) runCode(w http.ResponseWriter, r *http.Request) error {
 		}
 	}})
 	if err != nil {
-		mu.Lock()
-		started := stream != nil
-		mu.Unlock()
-		if !started {
-			return err
-		}
-		_, code := errdefs.HTTPStatus(err)
-		emit(api.EventFailure, api.ErrorBody{Code: code, Message: err.Error()})
-		return nil
+		return stream.fail(api.EventFailure, err)
 	}
 	emit(api.EventDone, exec)
 	return nil

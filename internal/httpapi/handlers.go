@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"unicode/utf8"
 
 	"github.com/forkbox/forkbox/api"
@@ -91,21 +90,8 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 		writeJSON(w, http.StatusOK, res)
 		return nil
 	}
-	// Streaming: the event stream starts with the first output (or the
-	// result), so that errors found before anything ran still get a plain
-	// status code.
-	var (
-		mu     sync.Mutex
-		stream *sse
-	)
-	emit := func(event string, v any) {
-		mu.Lock()
-		defer mu.Unlock()
-		if stream == nil {
-			stream = newSSE(w)
-		}
-		stream.send(event, v)
-	}
+	stream := &lazySSE{w: w}
+	emit := stream.emit
 	var outBuf, errBuf utf8Carry
 	res, err := s.mgr.Exec(r.Context(), ref, &req, sandbox.ExecOptions{
 		OnStdout: func(b []byte) {
@@ -126,15 +112,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) error {
 		emit(api.EventStderr, api.OutputChunk{Data: t})
 	}
 	if err != nil {
-		mu.Lock()
-		started := stream != nil
-		mu.Unlock()
-		if !started {
-			return err
-		}
-		_, code := errdefs.HTTPStatus(err)
-		emit(api.EventError, api.ErrorBody{Code: code, Message: err.Error()})
-		return nil
+		return stream.fail(api.EventError, err)
 	}
 	emit(api.EventExit, res)
 	return nil

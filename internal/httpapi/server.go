@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/forkbox/forkbox/api"
@@ -277,5 +278,36 @@ func (s *sse) send(event string, v any) error {
 		return err
 	}
 	s.flush()
+	return nil
+}
+
+// lazySSE opens the event stream at the first event, so that a call refused
+// before anything happened still answers with a plain error and status.
+type lazySSE struct {
+	w      http.ResponseWriter
+	mu     sync.Mutex
+	stream *sse
+}
+
+func (l *lazySSE) emit(event string, v any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.stream == nil {
+		l.stream = newSSE(l.w)
+	}
+	l.stream.send(event, v)
+}
+
+// fail ends a call that failed: as the answer if no event was sent yet, else
+// as a last event of the stream (named event).
+func (l *lazySSE) fail(event string, err error) error {
+	l.mu.Lock()
+	started := l.stream != nil
+	l.mu.Unlock()
+	if !started {
+		return err
+	}
+	_, code := errdefs.HTTPStatus(err)
+	l.emit(event, api.ErrorBody{Code: code, Message: err.Error()})
 	return nil
 }
