@@ -60,6 +60,7 @@ type usageCollector Manager
 var (
 	descLive   = prometheus.NewDesc("forkbox_sandboxes_running", "Sandboxes running on this daemon.", nil, nil)
 	descStates = prometheus.NewDesc("forkbox_sandboxes", "Sandboxes by state (terminated ones excluded).", []string{"state"}, nil)
+	descTime   = prometheus.NewDesc("forkbox_sandbox_state_seconds", "Time a live sandbox has spent running or suspended.", []string{"sandbox", "name", "state"}, nil)
 	descCPU    = prometheus.NewDesc("forkbox_sandbox_cpu_seconds_total", "CPU time used by a sandbox.", []string{"sandbox", "name"}, nil)
 	descMem    = prometheus.NewDesc("forkbox_sandbox_memory_bytes", "Memory in use by a sandbox.", []string{"sandbox", "name"}, nil)
 	descMemMax = prometheus.NewDesc("forkbox_sandbox_memory_peak_bytes", "Peak memory of a sandbox.", []string{"sandbox", "name"}, nil)
@@ -68,7 +69,7 @@ var (
 )
 
 func (c *usageCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descLive, descStates, descCPU, descMem, descMemMax, descPIDs, descDisk} {
+	for _, d := range []*prometheus.Desc{descLive, descStates, descTime, descCPU, descMem, descMemMax, descPIDs, descDisk} {
 		ch <- d
 	}
 }
@@ -85,9 +86,13 @@ func (c *usageCollector) Collect(ch chan<- prometheus.Metric) {
 	if all, err := m.store.List(context.Background(), store.ListFilter{}); err == nil {
 		counts := map[string]int{}
 		for _, sb := range all {
-			if sb.State != api.StateTerminated {
-				counts[sb.State]++
+			if sb.State == api.StateTerminated {
+				continue
 			}
+			counts[sb.State]++
+			running, suspended := m.stateTimes(sb.ID)
+			ch <- prometheus.MustNewConstMetric(descTime, prometheus.CounterValue, running, sb.ID, sb.Name, api.StateRunning)
+			ch <- prometheus.MustNewConstMetric(descTime, prometheus.CounterValue, suspended, sb.ID, sb.Name, api.StateSuspended)
 		}
 		for _, st := range []string{api.StateCreating, api.StateRunning, api.StateSuspending, api.StateSuspended, api.StateResuming, api.StateError} {
 			ch <- prometheus.MustNewConstMetric(descStates, prometheus.GaugeValue, float64(counts[st]), st)

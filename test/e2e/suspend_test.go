@@ -137,8 +137,9 @@ func TestMaxLifetimeEndsSuspended(t *testing.T) {
 		t.Fatalf("usage of a suspended sandbox: %+v", got.Usage)
 	}
 	_, _, raw := call(t, shared, "GET", "/metrics", "", nil)
-	if !strings.Contains(string(raw), `forkbox_sandboxes{state="suspended"}`) {
-		t.Fatal("metrics lack the suspended count")
+	if !strings.Contains(string(raw), `forkbox_sandboxes{state="suspended"}`) ||
+		!strings.Contains(string(raw), `forkbox_sandbox_state_seconds{name="short-lived",sandbox="`+sb.ID+`",state="suspended"}`) {
+		t.Fatal("metrics lack the suspended count or the sandbox's time suspended")
 	}
 	got = waitState(t, shared, sb.ID, api.StateTerminated, 30*time.Second)
 	if got.StateReason != "max lifetime reached" {
