@@ -543,12 +543,13 @@ func (r *Runtime) Adopt(ctx context.Context, id string, info *Info) error {
 // Destroy stops a sandbox and frees everything it held. It is idempotent and
 // works from Info alone, so it also cleans up after a crash.
 func (r *Runtime) Destroy(ctx context.Context, id string, info *Info) error {
-	r.mu.Lock()
-	r.destroyed[id] = true
-	r.mu.Unlock()
 	var errs []error
 	if info.PID > 0 {
 		if start, err := pidStartTime(info.PID); err == nil && start == info.PIDStart {
+			// This exit is expected: its watcher must not report it.
+			r.mu.Lock()
+			r.destroyed[id] = true
+			r.mu.Unlock()
 			// Killing a PID namespace's init kills every process in it.
 			_ = unix.Kill(info.PID, unix.SIGKILL)
 		}
