@@ -126,32 +126,47 @@ func (c *Client) Health(ctx context.Context) error {
 // Exec runs a command and calls onEvent for each output chunk as it arrives.
 // It returns the exit status; an error means the call itself failed.
 func (c *Client) Exec(ctx context.Context, req *ExecRequest, onEvent func(ExecEvent)) (*ExitStatus, error) {
+	var exit *ExitStatus
+	err := postStream(ctx, c, "/exec", req, "exec", func(ev *ExecEvent) (bool, error) {
+		if ev.Exit != nil {
+			exit = ev.Exit
+			return true, nil
+		}
+		if onEvent != nil {
+			onEvent(*ev)
+		}
+		return false, nil
+	})
+	return exit, err
+}
+
+// postStream posts req as JSON to path and decodes the agent's NDJSON answer
+// line by line into T, handing each to each until it reports the last line.
+// A stream that ends before that is an error; what names it in messages.
+func postStream[T any](ctx context.Context, c *Client, path string, req any, what string, each func(*T) (last bool, err error)) error {
 	b, err := json.Marshal(req)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	resp, err := c.do(ctx, http.MethodPost, "/exec", nil, bytes.NewReader(b), "application/json")
+	resp, err := c.do(ctx, http.MethodPost, path, nil, bytes.NewReader(b), "application/json")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer resp.Body.Close()
 	dec := json.NewDecoder(lineReader(resp.Body))
 	for {
-		var ev ExecEvent
+		var ev T
 		if err := dec.Decode(&ev); err != nil {
 			if ctx.Err() != nil {
-				return nil, ctx.Err()
+				return ctx.Err()
 			}
 			if errors.Is(err, io.EOF) {
 				err = io.ErrUnexpectedEOF
 			}
-			return nil, fmt.Errorf("exec stream from sandbox agent broke: %w", err)
+			return fmt.Errorf("%s stream from sandbox agent broke: %w", what, err)
 		}
-		if ev.Exit != nil {
-			return ev.Exit, nil
-		}
-		if onEvent != nil {
-			onEvent(ev)
+		if last, err := each(&ev); last || err != nil {
+			return err
 		}
 	}
 }

@@ -23,41 +23,27 @@ type CodeDone struct {
 
 // RunCode runs a cell and calls onEvent for each event while it runs.
 func (c *Client) RunCode(ctx context.Context, req *CodeRequest, onEvent func(CodeEvent)) (*CodeDone, error) {
-	b, err := json.Marshal(req)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := c.do(ctx, http.MethodPost, "/code", nil, bytes.NewReader(b), "application/json")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	dec := json.NewDecoder(lineReader(resp.Body))
-	for {
-		var ev CodeEvent
-		if err := dec.Decode(&ev); err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			if errors.Is(err, io.EOF) {
-				err = io.ErrUnexpectedEOF
-			}
-			return nil, fmt.Errorf("code stream from sandbox agent broke: %w", err)
-		}
+	var done *CodeDone
+	err := postStream(ctx, c, "/code", req, "code", func(ev *CodeEvent) (bool, error) {
 		switch ev.Type {
 		case "done":
 			if ev.Execution == nil {
-				return nil, errors.New("sandbox agent sent no execution")
+				return true, errors.New("sandbox agent sent no execution")
 			}
-			return &CodeDone{Execution: ev.Execution, ContextID: ev.ContextID, PID: ev.PID}, nil
+			done = &CodeDone{Execution: ev.Execution, ContextID: ev.ContextID, PID: ev.PID}
+			return true, nil
 		case "failure":
-			return nil, errors.New(ev.Text)
-		default:
-			if onEvent != nil {
-				onEvent(ev)
-			}
+			return true, errors.New(ev.Text)
 		}
+		if onEvent != nil {
+			onEvent(*ev)
+		}
+		return false, nil
+	})
+	if err != nil {
+		return nil, err
 	}
+	return done, nil
 }
 
 func (c *Client) jsonCall(ctx context.Context, method, path string, in, out any) error {
