@@ -11,6 +11,7 @@ import (
 	goruntime "runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/forkbox/forkbox/internal/errdefs"
@@ -91,9 +92,13 @@ func (s *server) openBeneath(p string, flags int, mode uint32) (int, error) {
 	}
 }
 
-// asUser runs fn on a thread whose filesystem identity is the sandbox user.
-// The thread is locked and never unlocked, so it dies with the goroutine
-// instead of going back to the pool with a changed identity.
+// asUser runs fn on a thread whose filesystem identity is the sandbox user,
+// then gives the thread back with root's identity (and with it the
+// filesystem capabilities, which the kernel restores when fsuid returns to
+// 0). If restoring fails, the thread stays locked and dies with the
+// goroutine instead of going back to the pool with a changed identity.
+// Reusing threads matters: a sandbox at its PID limit has no room for a new
+// one.
 func (s *server) asUser(fn func() error) error {
 	ch := make(chan error, 1)
 	go func() {
@@ -101,8 +106,35 @@ func (s *server) asUser(fn func() error) error {
 		unix.Setfsgid(s.cfg.GID)
 		unix.Setfsuid(s.cfg.UID)
 		ch <- fn()
+		unix.Setfsuid(0)
+		unix.Setfsgid(0)
+		if uid, err := unix.SetfsuidRetUid(-1); err == nil && uid == 0 {
+			if gid, err := unix.SetfsgidRetGid(-1); err == nil && gid == 0 {
+				goruntime.UnlockOSThread()
+			}
+		}
 	}()
 	return <-ch
+}
+
+// reserveThreads makes the Go runtime start n OS threads now and keep them
+// idle: the agent counts against the sandbox's PID limit, and a fork bomb
+// that takes every free PID must not leave the runtime unable to create the
+// thread it needs (which is fatal in Go).
+func reserveThreads(n int) {
+	var ready, release sync.WaitGroup
+	ready.Add(n)
+	release.Add(1)
+	for i := 0; i < n; i++ {
+		go func() {
+			goruntime.LockOSThread() // each goroutine on a thread of its own
+			ready.Done()
+			release.Wait()
+			goruntime.UnlockOSThread() // the thread stays, idle, for later use
+		}()
+	}
+	ready.Wait()
+	release.Done()
 }
 
 // mkdirAll creates the directories of p beneath the root, as the user.

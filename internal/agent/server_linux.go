@@ -66,6 +66,7 @@ func run(status *os.File) error {
 	// The agent must outlive what it runs: keep the OOM killer off it. Each
 	// child is set back to 0 right after it starts.
 	_ = os.WriteFile("/proc/self/oom_score_adj", []byte("-1000"), 0)
+	reserveThreads(12)
 	if err := harden.Apply(); err != nil {
 		return fmt.Errorf("harden: %w", err)
 	}
