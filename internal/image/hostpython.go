@@ -14,7 +14,7 @@ import (
 // hostPythonRecipe versions the host-derived python image. Bump it whenever
 // the skeleton, the /etc allowlist, the binds or the defaults change: stores
 // holding an older version rebuild the image on the next EnsureHostPython.
-const hostPythonRecipe = "host-python/3"
+const hostPythonRecipe = "host-python/4"
 
 // hostPython is what the python image promises: this interpreter, able to
 // import these modules (scripts/setup.sh installs them).
@@ -117,8 +117,8 @@ const (
 func (s *Store) EnsureHostPython(ctx context.Context) (*Image, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	img, err := s.Get(ctx, DefaultImage)
-	if err == nil && img.Recipe == hostPythonRecipe && img.RootFS == filepath.Join(s.dir, DefaultImage, "rootfs") {
+	img, err := s.Get(ctx, HostImage)
+	if err == nil && img.Recipe == hostPythonRecipe && img.RootFS == filepath.Join(s.dir, HostImage, "rootfs") {
 		return img, nil
 	}
 	// Missing, older, moved or unreadable: (re)build. The image is derived

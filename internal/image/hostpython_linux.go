@@ -11,15 +11,13 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // buildHostPython builds the python image in a temporary directory of the
 // store and swaps it into place. The caller holds s.mu and has checked the
 // host.
 func (s *Store) buildHostPython(ctx context.Context) (*Image, error) {
-	tmp, err := os.MkdirTemp(s.dir, tmpPrefix+DefaultImage+"-")
+	tmp, err := os.MkdirTemp(s.dir, tmpPrefix+HostImage+"-")
 	if err != nil {
 		return nil, fmt.Errorf("build python image: %w", err)
 	}
@@ -27,7 +25,7 @@ func (s *Store) buildHostPython(ctx context.Context) (*Image, error) {
 	// image it replaced: both go.
 	defer os.RemoveAll(tmp)
 
-	final := filepath.Join(s.dir, DefaultImage)
+	final := filepath.Join(s.dir, HostImage)
 	img, err := buildHostPythonIn(ctx, tmp, final)
 	if err != nil {
 		return nil, fmt.Errorf("build python image: %w", err)
@@ -43,6 +41,7 @@ func (s *Store) buildHostPython(ctx context.Context) (*Image, error) {
 	if err := syncDir(s.dir); err != nil {
 		return nil, fmt.Errorf("install python image: %w", err)
 	}
+	img.fill(s)
 	return img, nil
 }
 
@@ -70,7 +69,7 @@ func buildHostPythonIn(ctx context.Context, dir, final string) (*Image, error) {
 		return nil, err
 	}
 	img := &Image{
-		Name:      DefaultImage,
+		Name:      HostImage,
 		RootFS:    filepath.Join(final, "rootfs"),
 		Binds:     binds,
 		Env:       append([]string(nil), hostPythonEnv...),
@@ -80,7 +79,9 @@ func buildHostPythonIn(ctx context.Context, dir, final string) (*Image, error) {
 		CreatedAt: time.Now().UTC(),
 		SizeBytes: size,
 		Recipe:    hostPythonRecipe,
+		Base:      "host",
 	}
+	img.ID = imageID(img)
 	if err := writeMeta(dir, img); err != nil {
 		return nil, err
 	}
@@ -308,36 +309,4 @@ func mkdirParents(base, rel string) error {
 		}
 	}
 	return nil
-}
-
-// syncFS flushes the filesystem that holds path.
-func syncFS(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return unix.Syncfs(int(f.Fd()))
-}
-
-// swapIn moves the directory tmp to final. If final exists the two are
-// exchanged in one step (readers see the old image or the new one, never
-// neither) and tmp then holds the old image, for the caller to remove.
-func swapIn(tmp, final string) error {
-	err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, final, unix.RENAME_NOREPLACE)
-	if errors.Is(err, unix.EEXIST) {
-		err = unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, final, unix.RENAME_EXCHANGE)
-	}
-	if !errors.Is(err, unix.EINVAL) {
-		return err
-	}
-	// The filesystem lacks renameat2 flags: move the old image aside first.
-	old := tmp + "-old"
-	if err := os.Rename(final, old); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
-	if err := os.Rename(tmp, final); err != nil {
-		return err
-	}
-	return os.RemoveAll(old)
 }

@@ -33,7 +33,7 @@ func TestEnsureHostPython(t *testing.T) {
 		t.Fatal(err)
 	}
 	root := filepath.Join(s.Dir(), "python", "rootfs")
-	if img.Name != DefaultImage || img.RootFS != root || img.WorkDir != "/workspace" ||
+	if img.Name != HostImage || img.RootFS != root || img.WorkDir != "/workspace" ||
 		img.UID != 1000 || img.GID != 1000 || img.SizeBytes <= 0 || img.Recipe != hostPythonRecipe {
 		t.Errorf("image = %+v", img)
 	}
@@ -164,12 +164,12 @@ func TestEnsureHostPython(t *testing.T) {
 	})
 
 	t.Run("get and list", func(t *testing.T) {
-		got, err := s.Get(ctx, DefaultImage)
+		got, err := s.Get(ctx, HostImage)
 		if err != nil || !got.CreatedAt.Equal(img.CreatedAt) || got.SizeBytes != img.SizeBytes {
 			t.Fatalf("Get = %+v, %v", got, err)
 		}
 		list, err := s.List(ctx)
-		if err != nil || len(list) != 1 || list[0].Name != DefaultImage {
+		if err != nil || len(list) != 1 || list[0].Name != HostImage {
 			t.Fatalf("List = %v, %v", list, err)
 		}
 	})
@@ -187,7 +187,7 @@ print(os.getuid(), pwd.getpwuid(os.getuid()).pw_name, os.getcwd(), os.listdir("/
 	t.Run("older recipe is rebuilt", func(t *testing.T) {
 		old := *img
 		old.Recipe = "host-python/0"
-		if err := writeMeta(filepath.Join(s.Dir(), DefaultImage), &old); err != nil {
+		if err := writeMeta(filepath.Join(s.Dir(), HostImage), &old); err != nil {
 			t.Fatal(err)
 		}
 		marker := filepath.Join(root, "stale")

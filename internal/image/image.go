@@ -11,9 +11,10 @@
 // crash mid-build leaves only a temporary directory that the next Open
 // removes. Images capture no runtime state.
 //
-// For now there is one kind of image, the host-derived "python" image built by
-// EnsureHostPython: a skeleton root whose /usr is the host's own, bind-mounted
-// read-only when a sandbox starts. Recipe builds and OCI imports come later.
+// Images are stacks of content-addressed layers (layers.go) made by recipe
+// builds (internal/build) and OCI imports (oci.go), plus the host-derived
+// image built by EnsureHostPython: a skeleton root whose /usr is the host's
+// own, bind-mounted read-only when a sandbox starts.
 package image
 
 import (
@@ -33,8 +34,14 @@ import (
 	"github.com/forkbox/forkbox/internal/errdefs"
 )
 
-// DefaultImage is the image a sandbox starts from when none is named.
+// DefaultImage is the image a sandbox starts from when none is named: the
+// data-science image built from images/python.yaml.
 const DefaultImage = "python"
+
+// HostImage is the host-derived image (EnsureHostPython): the host's own /usr
+// under a small root of forkbox's. It needs no build and no network, and
+// brings the host's R kernel as well.
+const HostImage = "host"
 
 // metaFile is the name of an image's metadata file inside its directory.
 const metaFile = "image.json"
@@ -44,13 +51,23 @@ const metaFile = "image.json"
 const tmpPrefix = ".tmp-"
 
 // Image is a read-only root filesystem plus the defaults a sandbox starts
-// with. The runtime mounts RootFS as the overlay's lower dir, then applies
-// Binds in order (a bind may land inside an earlier one), then runs the
-// sandbox's processes as UID:GID in WorkDir with Env.
+// with. The runtime mounts LowerDirs as the overlay's lower dirs, then
+// applies Binds in order (a bind may land inside an earlier one), then runs
+// the sandbox's processes as UID:GID in WorkDir with Env.
+//
+// A built or imported image is a stack of shared layers (Layers). The
+// host-derived image is a single directory (RootFS) completed by Binds. An
+// image built on top of the host-derived one has both: RootFS at the bottom,
+// Layers above it.
 type Image struct {
 	Name string `json:"name"`
-	// RootFS is the absolute path of the read-only lower dir.
-	RootFS string `json:"rootfs"`
+	// ID digests the layers and defaults ("sha256:..."); it changes when a
+	// rebuild changes anything.
+	ID string `json:"id,omitempty"`
+	// RootFS, when set, is the absolute path of the bottom lower dir.
+	RootFS string `json:"rootfs,omitempty"`
+	// Layers are layer ids, bottom first.
+	Layers []string `json:"layers,omitempty"`
 	// Binds are host paths bind-mounted into the sandbox root, in order.
 	Binds []Bind `json:"binds"`
 	// Env holds KEY=VALUE defaults (PATH, HOME, LANG, ...).
@@ -58,15 +75,35 @@ type Image struct {
 	WorkDir string   `json:"workdir"`
 	UID     int      `json:"uid"`
 	GID     int      `json:"gid"`
+	// User is the run user as the recipe or OCI config named it.
+	User string `json:"user,omitempty"`
+	// Base says what the image was built on: "debian:bookworm", another
+	// image's name, "oci" for an import, "host" for the host-derived image.
+	Base string `json:"base,omitempty"`
 	// CreatedAt is when the image was built.
 	CreatedAt time.Time `json:"created_at"`
-	// SizeBytes is the apparent size of RootFS (files and symlinks), not
+	// SizeBytes is the apparent size of its layers (or of RootFS), not
 	// counting what Binds bring in.
 	SizeBytes int64 `json:"size_bytes"`
 	// Recipe names how the image was built and which version of that
-	// recipe, such as "host-python/1". A store rebuilds a derived image
-	// when its recipe version changes.
+	// recipe, such as "host-python/1" or "recipe/<digest>". A store
+	// rebuilds a derived image when its recipe version changes.
 	Recipe string `json:"recipe,omitempty"`
+
+	// LowerDirs are the overlay's lower dirs, top first: the layers' trees
+	// then RootFS. Filled in by the store; not stored.
+	LowerDirs []string `json:"-"`
+}
+
+// fill computes the fields derived from where the store keeps things.
+func (img *Image) fill(s *Store) {
+	img.LowerDirs = img.LowerDirs[:0]
+	for i := len(img.Layers) - 1; i >= 0; i-- {
+		img.LowerDirs = append(img.LowerDirs, s.LayerDir(img.Layers[i]))
+	}
+	if img.RootFS != "" {
+		img.LowerDirs = append(img.LowerDirs, img.RootFS)
+	}
 }
 
 // Bind is a host path mounted into the sandbox root at Target.
@@ -132,6 +169,7 @@ func (s *Store) Get(ctx context.Context, name string) (*Image, error) {
 	if err := json.Unmarshal(data, &img); err != nil {
 		return nil, fmt.Errorf("image %q: corrupt %s: %w", name, metaFile, err)
 	}
+	img.fill(s)
 	return &img, nil
 }
 

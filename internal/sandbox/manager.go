@@ -72,6 +72,7 @@ type Manager struct {
 	criuProblem string
 	maxFork     int
 	images      Images
+	builder     ImageBuilder // nil: no builds or imports
 	defaults    Defaults
 	log         *slog.Logger
 	metrics     *Metrics

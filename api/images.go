@@ -1,0 +1,87 @@
+package api
+
+import "time"
+
+// Image is an image as the API shows it (GET /v1/images, the result of a
+// build or an import).
+type Image struct {
+	Name string `json:"name"`
+	// ID digests the image's layers and defaults ("sha256:…").
+	ID string `json:"id"`
+	// Base is what the image was built on: "debian:bookworm", another
+	// image's name, "oci" for an import, "host" for the host-derived image.
+	Base string `json:"base,omitempty"`
+	// Layers are the ids of its layers, bottom first.
+	Layers    []string  `json:"layers"`
+	Env       []string  `json:"env"`
+	WorkDir   string    `json:"workdir"`
+	User      string    `json:"user,omitempty"`
+	UID       int       `json:"uid"`
+	GID       int       `json:"gid"`
+	SizeBytes int64     `json:"size_bytes"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// ImageList is the body of GET /v1/images.
+type ImageList struct {
+	Images []Image `json:"images"`
+}
+
+// Recipe is how an image is built (POST /v1/images with a JSON or YAML
+// body, or the "recipe" part of a multipart body whose "context" part is a
+// tar of the files that copy steps use).
+type Recipe struct {
+	Name string `json:"name"`
+	// Base is "debian:<suite>" (bootstrapped with debootstrap from the
+	// host's Debian mirror) or the name of an image (built or imported).
+	Base string `json:"base"`
+	// Mirror overrides the Debian mirror of a debian: base.
+	Mirror string       `json:"mirror,omitempty"`
+	Steps  []RecipeStep `json:"steps"`
+}
+
+// RecipeStep is one step of a recipe: exactly one field is set.
+type RecipeStep struct {
+	// Run is a shell command run by /bin/sh -c as root in a build sandbox
+	// that has network access. Its changes become a layer.
+	Run string `json:"run,omitempty"`
+	// Env sets environment variables for later steps and for sandboxes.
+	Env map[string]string `json:"env,omitempty"`
+	// Workdir sets the working directory of later steps and of sandboxes.
+	Workdir string `json:"workdir,omitempty"`
+	// User sets who sandbox processes run as: a name from the image's
+	// /etc/passwd or uid[:gid]; not root. run steps stay root.
+	User string `json:"user,omitempty"`
+	// Copy copies a file or directory of the build context into the image.
+	Copy *CopyStep `json:"copy,omitempty"`
+}
+
+// CopyStep copies Src (relative to the build context) to Dest (absolute in
+// the image). Directories are copied with their contents.
+type CopyStep struct {
+	Src  string `json:"src"`
+	Dest string `json:"dest"`
+}
+
+// Build event types: the SSE event names of POST /v1/images.
+const (
+	BuildEventStep  = "step"  // a step starts (or is served from the cache)
+	BuildEventLog   = "log"   // a line of output
+	BuildEventDone  = "done"  // the image is registered; Image is set
+	BuildEventError = "error" // the build failed; ErrorBody
+)
+
+// BuildEvent is one event of a build or import log.
+type BuildEvent struct {
+	Type string `json:"type"`
+	// Step is the 1-based step number (0 for the base), Total the number of
+	// steps.
+	Step  int    `json:"step"`
+	Total int    `json:"total,omitempty"`
+	Kind  string `json:"kind,omitempty"`   // base, run, env, workdir, user, copy, layer
+	Detail string `json:"detail,omitempty"` // the command, path or base
+	// Cached says a step's layer came from the cache.
+	Cached bool   `json:"cached,omitempty"`
+	Line   string `json:"line,omitempty"`
+	Image  *Image `json:"image,omitempty"`
+}
