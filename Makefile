@@ -14,7 +14,7 @@ ARGS   ?=
 # Run privileged steps directly as root, else through sudo when present.
 SUDO := $(shell if [ "$$(id -u)" -ne 0 ]; then command -v sudo; fi)
 
-.PHONY: all build setup run test bench fmt fmt-check vet clean
+.PHONY: all build setup image run test bench fmt fmt-check vet clean
 
 all: build
 
@@ -33,13 +33,18 @@ setup:
 	fi
 	$(SUDO) ./scripts/setup.sh
 
-run: setup build
+# The default "python" image (images/python.yaml): built once (a few minutes:
+# debootstrap plus apt), then served from the layer cache in under a second.
+image: build
+	$(SUDO) ./$(BIN) prepare
+
+run: setup build image
 	exec ./$(BIN) serve $(ARGS)
 
-test: setup build fmt-check vet
+test: setup build image fmt-check vet
 	$(GO) test -race -count=1 -timeout 25m ./...
 
-bench: setup build
+bench: setup build image
 	@if [ "$$(id -u)" -ne 0 ]; then echo "make bench: benchmarks need root" >&2; exit 1; fi
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./bench/...
 

@@ -76,9 +76,9 @@ type BuildEvent struct {
 	Type string `json:"type"`
 	// Step is the 1-based step number (0 for the base), Total the number of
 	// steps.
-	Step  int    `json:"step"`
-	Total int    `json:"total,omitempty"`
-	Kind  string `json:"kind,omitempty"`   // base, run, env, workdir, user, copy, layer
+	Step   int    `json:"step"`
+	Total  int    `json:"total,omitempty"`
+	Kind   string `json:"kind,omitempty"`   // base, run, env, workdir, user, copy, layer
 	Detail string `json:"detail,omitempty"` // the command, path or base
 	// Cached says a step's layer came from the cache.
 	Cached bool   `json:"cached,omitempty"`

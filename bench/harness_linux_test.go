@@ -20,6 +20,7 @@ import (
 
 	"github.com/forkbox/forkbox/api"
 	"github.com/forkbox/forkbox/client"
+	fbdaemon "github.com/forkbox/forkbox/internal/daemon"
 	"golang.org/x/sys/unix"
 )
 
@@ -64,7 +65,12 @@ var (
 // sandboxes). It skips b when there is no binary and none can be built.
 func forkboxBinary(b *testing.B) string {
 	b.Helper()
-	binOnce.Do(func() { binPath, binSkip, binErr = locateBinary() })
+	binOnce.Do(func() {
+		binPath, binSkip, binErr = locateBinary()
+		if binErr == nil && binSkip == "" && os.Geteuid() == 0 {
+			binErr = prepareImages(binPath)
+		}
+	})
 	if binSkip != "" {
 		skip(b, binSkip)
 	}
@@ -72,6 +78,19 @@ func forkboxBinary(b *testing.B) string {
 		b.Fatal(binErr)
 	}
 	return binPath
+}
+
+// prepareImages points the benchmarks' daemons at one images directory (the
+// default one, unless FORKBOX_IMAGES_DIR names another) holding the default
+// image, building it if needed (make bench runs forkbox prepare first).
+func prepareImages(bin string) error {
+	if os.Getenv("FORKBOX_IMAGES_DIR") == "" {
+		os.Setenv("FORKBOX_IMAGES_DIR", filepath.Join(fbdaemon.DefaultDataDir(), "images"))
+	}
+	if out, err := exec.Command(bin, "prepare").CombinedOutput(); err != nil {
+		return fmt.Errorf("forkbox prepare: %v\n%s", err, out)
+	}
+	return nil
 }
 
 func locateBinary() (path, skip string, err error) {

@@ -51,6 +51,13 @@
 // running copies that diverge from there. ListSnapshots, GetSnapshot and
 // DeleteSnapshot manage the snapshots.
 //
+// Images: BuildImage builds a recipe (api.Recipe: a base, then run, env,
+// workdir, user and copy steps, each a cached layer) with an optional build
+// context directory for copy steps, streaming the build log; BuildImageYAML
+// sends a recipe as written; ImportImage registers a `docker save` tarball or
+// an OCI layout tar (TarDir makes one from a layout directory); ListImages,
+// GetImage and DeleteImage manage them.
+//
 // Suspend saves a running sandbox to disk and frees its CPU and memory;
 // Resume brings it back under the same id and name, kernels and all. A
 // sandbox created with AutoResume (the default) is also resumed by the next

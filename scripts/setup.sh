@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # setup.sh installs the Debian packages that forkbox needs on its host:
-# the Python stack the host-derived "python" image is made of, and the tools
-# the runtime and benchmarks use. It is idempotent and fast when everything is
+# debootstrap for built images, the Python stack the host-derived "host"
+# image is made of, and the tools the runtime and benchmarks use. (The default
+# "python" image is built from images/python.yaml by `forkbox prepare`, which
+# make run and make test call after this script.) It is idempotent and fast when everything is
 # already installed: it asks dpkg first and only runs apt when something is
 # missing. Last it installs CRIU (scripts/build-criu.sh, a no-op once built).
 # Run it as root on Debian 12 or newer (make setup does).
@@ -10,8 +12,11 @@ set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 
 PACKAGES=(
-	# The host-derived "python" image: the host's /usr is bind-mounted into
-	# sandboxes, so these are what sandbox code can import.
+	# Built images: debian:<suite> bases are bootstrapped from the host's
+	# mirror.
+	debootstrap
+	# The host-derived "host" image: the host's /usr is bind-mounted into
+	# sandboxes, so these are what sandbox code can import there.
 	python3
 	python3-ipykernel
 	python3-pandas

@@ -19,7 +19,7 @@ func main() {
 		SilenceErrors: true,
 	}
 	addClientFlags(root)
-	root.AddCommand(serveCmd())
+	root.AddCommand(serveCmd(), prepareCmd())
 	root.AddCommand(internalCmds()...)
 	root.AddCommand(clientCmds()...)
 	if err := root.Execute(); err != nil {

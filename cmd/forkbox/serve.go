@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/forkbox/forkbox/internal/agent"
 	"github.com/forkbox/forkbox/internal/daemon"
@@ -45,8 +46,46 @@ func serveCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&cfg.Listen, "listen", "127.0.0.1:8080", "address to listen on")
-	cmd.Flags().StringVar(&cfg.DataDir, "data-dir", daemon.DefaultDataDir(), "where forkbox keeps its state")
+	addDataFlags(cmd, &cfg)
 	cmd.Flags().BoolVar(&debug, "debug", false, "log every request")
+	return cmd
+}
+
+// addDataFlags adds the flags that say where the daemon's state lives.
+func addDataFlags(cmd *cobra.Command, cfg *daemon.Config) {
+	cmd.Flags().StringVar(&cfg.DataDir, "data-dir", daemon.DefaultDataDir(), "where forkbox keeps its state")
+	cmd.Flags().StringVar(&cfg.ImagesDir, "images-dir", os.Getenv("FORKBOX_IMAGES_DIR"),
+		"where images and their layers live (env FORKBOX_IMAGES_DIR; default <data-dir>/images)")
+}
+
+// prepareCmd builds the default image before the first daemon start.
+func prepareCmd() *cobra.Command {
+	var cfg daemon.Config
+	cmd := &cobra.Command{
+		Use:   "prepare",
+		Short: "Build the default images (needs root; make run and make test run it)",
+		Long: "Build the default \"python\" image from its recipe (images/python.yaml, embedded in the binary:\n" +
+			"Debian bookworm bootstrapped from the host's mirror plus the data-science packages) and the\n" +
+			"host-derived \"host\" image, into the images directory. Cached layers are reused, so a second\n" +
+			"run takes well under a second. A running daemon builds the same on start, in the background.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			start := time.Now()
+			printer := newBuildPrinter(cmd)
+			img, err := daemon.Prepare(ctx, cfg, printer.onEvent)
+			printer.stop()
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "image %s ready: %d layers, %s, in %s\n", img.Name, len(img.Layers),
+				humanBytes(img.SizeBytes), time.Since(start).Round(time.Millisecond))
+			return nil
+		},
+	}
+	addDataFlags(cmd, &cfg)
 	return cmd
 }
 

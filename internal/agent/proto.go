@@ -44,6 +44,9 @@ type Config struct {
 	GID       int      `json:"gid"`
 	WorkDir   string   `json:"workdir"`
 	Env       []string `json:"env"`
+	// Build marks an image-build sandbox: the agent keeps the build
+	// capabilities and runs ExecRequests with Root as root.
+	Build bool `json:"build,omitempty"`
 }
 
 // ExecRequest asks the agent to run a command as the sandbox user.
@@ -54,6 +57,9 @@ type ExecRequest struct {
 	Cwd       string   `json:"cwd,omitempty"`
 	Stdin     []byte   `json:"stdin,omitempty"`
 	TimeoutMS int64    `json:"timeout_ms,omitempty"` // 0: none
+	// Root runs the command as root with the build capabilities; only a
+	// build sandbox's agent accepts it.
+	Root bool `json:"root,omitempty"`
 }
 
 // ExecEvent is one line of the agent's NDJSON exec stream: output, or the

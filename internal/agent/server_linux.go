@@ -67,7 +67,12 @@ func run(status *os.File) error {
 	// child is set back to 0 right after it starts.
 	_ = os.WriteFile("/proc/self/oom_score_adj", []byte("-1000"), 0)
 	reserveThreads(12)
-	if err := harden.Apply(); err != nil {
+	ensureWorkDir(cfg, log)
+	var keep []uintptr
+	if cfg.Build {
+		keep = harden.BuildCaps
+	}
+	if err := harden.ApplyKeeping(keep); err != nil {
 		return fmt.Errorf("harden: %w", err)
 	}
 	trace("agent-hardened")
@@ -153,6 +158,37 @@ func lookPath(cmd string, env []string) (string, error) {
 	return "", fmt.Errorf("%s: command not found", cmd)
 }
 
+// credential is who a command runs as: the sandbox user, or root in a build.
+func (s *server) credential(root bool) *syscall.Credential {
+	if root {
+		return &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}}
+	}
+	return &syscall.Credential{Uid: uint32(s.cfg.UID), Gid: uint32(s.cfg.GID), Groups: []uint32{}}
+}
+
+// ensureWorkDir creates the sandbox's working directory, owned by the
+// sandbox user, when the image lacks it (a recipe's workdir step or an OCI
+// config may name a directory nothing created). It lands in the writable
+// layer, never in the image. Failing is logged, not fatal: commands then say
+// what is missing.
+func ensureWorkDir(cfg Config, log *slog.Logger) {
+	if cfg.WorkDir == "" || cfg.WorkDir == "/" {
+		return
+	}
+	if _, err := os.Stat(cfg.WorkDir); err == nil {
+		return
+	}
+	if err := os.MkdirAll(cfg.WorkDir, 0o755); err != nil {
+		log.Warn("create workdir", "dir", cfg.WorkDir, "err", err)
+		return
+	}
+	if !cfg.Build {
+		if err := os.Chown(cfg.WorkDir, cfg.UID, cfg.GID); err != nil {
+			log.Warn("chown workdir", "dir", cfg.WorkDir, "err", err)
+		}
+	}
+}
+
 func (s *server) handleExec(w http.ResponseWriter, r *http.Request) {
 	var req ExecRequest
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
@@ -161,6 +197,10 @@ func (s *server) handleExec(w http.ResponseWriter, r *http.Request) {
 	}
 	if req.Cmd == "" {
 		writeError(w, errdefs.InvalidArgument("cmd is required"))
+		return
+	}
+	if req.Root && !s.cfg.Build {
+		writeError(w, errdefs.PermissionDenied("commands run as root only in image builds"))
 		return
 	}
 	env := MergeEnv(s.cfg.Env, req.Env)
@@ -213,7 +253,7 @@ func (s *server) runCommand(r *http.Request, req *ExecRequest, env []string, cwd
 		Files: []*os.File{stdinR, outW, errW},
 		Sys: &syscall.SysProcAttr{
 			Setsid:     true,
-			Credential: &syscall.Credential{Uid: uint32(s.cfg.UID), Gid: uint32(s.cfg.GID), Groups: []uint32{}},
+			Credential: s.credential(req.Root),
 		},
 	}
 	proc, done, err := s.reaper.start(path, append([]string{req.Cmd}, req.Args...), attr)

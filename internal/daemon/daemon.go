@@ -13,8 +13,10 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
+	"github.com/forkbox/forkbox/internal/build"
 	"github.com/forkbox/forkbox/internal/criu"
 	"github.com/forkbox/forkbox/internal/httpapi"
 	"github.com/forkbox/forkbox/internal/image"
@@ -29,7 +31,10 @@ import (
 type Config struct {
 	Listen  string // host:port
 	DataDir string
-	APIKey  string
+	// ImagesDir holds images and their layers; default <DataDir>/images.
+	// Daemons may share one (tests do).
+	ImagesDir string
+	APIKey    string
 	// Binary is the forkbox executable for sandboxes; default: this process's.
 	Binary   string
 	Defaults sandbox.Defaults
@@ -46,6 +51,13 @@ func DefaultDataDir() string {
 		return "/var/lib/forkbox"
 	}
 	return filepath.Join(home, ".local", "share", "forkbox")
+}
+
+func (c *Config) imagesDir() string {
+	if c.ImagesDir != "" {
+		return c.ImagesDir
+	}
+	return filepath.Join(c.DataDir, "images")
 }
 
 // Validate checks the configuration before anything starts.
@@ -80,6 +92,11 @@ type Daemon struct {
 	rt    *runtime.Runtime
 	http  *http.Server
 	ln    net.Listener
+
+	// bgCtx ends background work (the default image's build) at Close.
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
+	bg       sync.WaitGroup
 }
 
 // New builds and starts every part; Serve then answers requests.
@@ -92,6 +109,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		log = slog.Default()
 	}
 	d := &Daemon{cfg: cfg, log: log}
+	d.bgCtx, d.bgCancel = context.WithCancel(context.WithoutCancel(ctx))
 	defer func() {
 		if err != nil {
 			d.Close()
@@ -103,13 +121,13 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if d.store, err = store.OpenSQLite(ctx, filepath.Join(cfg.DataDir, "forkbox.db")); err != nil {
 		return nil, err
 	}
-	images, err := image.Open(filepath.Join(cfg.DataDir, "images"))
+	images, err := image.Open(cfg.imagesDir())
 	if err != nil {
 		return nil, err
 	}
 	if _, err := images.EnsureHostPython(ctx); err != nil {
 		// The daemon still serves; creates that need the image say why they fail.
-		log.Warn("default image unavailable", "image", image.DefaultImage, "err", err)
+		log.Warn("host image unavailable", "image", image.HostImage, "err", err)
 	}
 	nm, err := netsetup.New(ctx, netsetup.Config{})
 	if err != nil {
@@ -137,6 +155,8 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		return nil, err
 	}
 	mgr = sandbox.New(d.store, rt, images, snaps, defaults, log)
+	builder := build.New(images, rt, build.Config{Logger: log})
+	mgr.SetImageBuilder(builder)
 	if h, err := criu.Check(ctx); err != nil {
 		log.Warn("memory snapshots unavailable", "err", err)
 		mgr.SetCRIU(nil, err.Error())
@@ -152,6 +172,15 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		return nil, fmt.Errorf("reconcile sandboxes: %w", err)
 	}
 	d.mgr = mgr
+	// The default image: built once (forkbox prepare), then every start
+	// only checks that the recipe's layers are all cached.
+	d.bg.Add(1)
+	go func() {
+		defer d.bg.Done()
+		if _, err := ensureDefaultImage(d.bgCtx, builder, mgr, log); err != nil && d.bgCtx.Err() == nil {
+			log.Error("default image unavailable", "image", image.DefaultImage, "err", err)
+		}
+	}()
 	api, err := httpapi.New(httpapi.Config{APIKey: cfg.APIKey, Logger: log}, mgr)
 	if err != nil {
 		return nil, err
@@ -184,6 +213,8 @@ func (d *Daemon) Serve(ctx context.Context) error {
 
 // Close stops the parts in reverse order. Sandboxes keep running.
 func (d *Daemon) Close() {
+	d.bgCancel()
+	d.bg.Wait()
 	if d.mgr != nil {
 		d.mgr.Close()
 	}

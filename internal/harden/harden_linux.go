@@ -36,8 +36,22 @@ var allowedPersonalities = []uint32{
 // Apply affects every thread of the process and cannot be undone. If it
 // fails the process may be partly hardened and must not go on to run user
 // code. In a binary built with cgo it fails before changing anything.
-func Apply() error {
-	if err := dropBoundingSet(); err != nil {
+func Apply() error { return ApplyKeeping(nil) }
+
+// BuildCaps are the capabilities an image build's run steps keep (Docker's
+// default set without CAP_MKNOD and CAP_NET_RAW): enough for apt, dpkg,
+// useradd and chown, nothing that reaches past the sandbox's namespaces.
+var BuildCaps = []uintptr{
+	unix.CAP_CHOWN, unix.CAP_DAC_OVERRIDE, unix.CAP_FOWNER, unix.CAP_FSETID,
+	unix.CAP_KILL, unix.CAP_SETGID, unix.CAP_SETUID, unix.CAP_SETPCAP,
+	unix.CAP_NET_BIND_SERVICE, unix.CAP_SYS_CHROOT, unix.CAP_AUDIT_WRITE, unix.CAP_SETFCAP,
+}
+
+// ApplyKeeping is Apply that leaves keep in the bounding set, so that a
+// process started as root afterwards gets those capabilities (and only
+// those). Everything else Apply does is the same.
+func ApplyKeeping(keep []uintptr) error {
+	if err := dropBoundingSet(keep); err != nil {
 		return err
 	}
 	// Clearing the inheritable set below would drop ambient capabilities
@@ -91,8 +105,11 @@ func threadsErr(errno syscall.Errno) error {
 // dropBoundingSet removes every capability still in the bounding set from
 // all threads. Capabilities already gone are skipped, so a second Apply
 // needs no CAP_SETPCAP.
-func dropBoundingSet() error {
+func dropBoundingSet(keep []uintptr) error {
 	for c := uintptr(0); ; c++ {
+		if slices.Contains(keep, c) {
+			continue
+		}
 		in, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, c, 0, 0, 0)
 		if errors.Is(err, unix.EINVAL) {
 			return nil // past the last capability this kernel knows

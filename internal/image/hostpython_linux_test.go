@@ -32,7 +32,7 @@ func TestEnsureHostPython(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	root := filepath.Join(s.Dir(), "python", "rootfs")
+	root := filepath.Join(s.Dir(), HostImage, "rootfs")
 	if img.Name != HostImage || img.RootFS != root || img.WorkDir != "/workspace" ||
 		img.UID != 1000 || img.GID != 1000 || img.SizeBytes <= 0 || img.Recipe != hostPythonRecipe {
 		t.Errorf("image = %+v", img)

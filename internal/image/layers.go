@@ -104,8 +104,13 @@ func (s *Store) CommitLayer(ctx context.Context, l *Layer, fill func(dir string)
 	if s.HasLayer(l.ID) {
 		return nil
 	}
+	// Root only: layers hold setuid files and device nodes, harmless
+	// under a sandbox's nosuid,nodev overlay but not to other host users.
 	root := filepath.Join(s.dir, layersDir)
-	if err := os.MkdirAll(root, 0o755); err != nil {
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return fmt.Errorf("commit layer: %w", err)
+	}
+	if err := os.Chmod(root, 0o700); err != nil {
 		return fmt.Errorf("commit layer: %w", err)
 	}
 	tmp, err := os.MkdirTemp(root, tmpPrefix)

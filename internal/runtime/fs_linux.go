@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/forkbox/forkbox/internal/agent"
 	"github.com/forkbox/forkbox/internal/errdefs"
 )
 
@@ -98,6 +99,41 @@ func importFS(ctx context.Context, src, upper string) error {
 			return errdefs.InvalidArgument("disk_mb: the snapshot's files do not fit; ask for a larger disk")
 		}
 		return fmt.Errorf("unpack snapshot files: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// buildExcludes are the paths of a writable layer that are forkbox's, not
+// the build's: the agent's mount point and the resolv.conf the runtime
+// writes into sandboxes with network access.
+var buildExcludes = []string{agent.Dir[1:], "etc/resolv.conf"}
+
+// CaptureLayer copies a build sandbox's writable layer into dst, an empty
+// directory, as an image layer: in overlayfs's own format (whiteouts and
+// opaque directories kept, with owners, modes, times and xattrs), leaving out
+// buildExcludes. The sandbox is frozen meanwhile, so nothing changes under
+// the copy.
+func (r *Runtime) CaptureLayer(ctx context.Context, id, dst string) error {
+	if err := r.Freeze(ctx, id); err != nil {
+		return err
+	}
+	defer func() {
+		if err := r.Thaw(context.WithoutCancel(ctx), id); err != nil {
+			r.log.Warn("thaw after capture", "sandbox", id, "err", err)
+		}
+	}()
+	upper := filepath.Join(r.Dir(id), "disk", "upper")
+	out, err := exec.CommandContext(ctx, "cp", "-a", "--", upper+"/.", dst+"/").CombinedOutput()
+	if err != nil {
+		if strings.Contains(string(out), "No space left") {
+			return errdefs.ResourceExhausted("no space left on the host for the layer: %s", strings.TrimSpace(string(out)))
+		}
+		return fmt.Errorf("copy the writable layer: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	for _, p := range buildExcludes {
+		if err := os.RemoveAll(filepath.Join(dst, p)); err != nil {
+			return fmt.Errorf("capture layer: %w", err)
+		}
 	}
 	return nil
 }

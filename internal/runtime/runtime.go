@@ -14,7 +14,7 @@
 //
 //	<dir>/disk.img   sparse ext4 image of disk_mb (the writable layer's quota)
 //	<dir>/disk/      its mount: upper/ and work/ of the overlay
-//	<dir>/rootfs/    the overlay: image rootfs (lower) + disk/upper
+//	<dir>/rootfs/    the overlay: the image's lower dirs + disk/upper
 //	<dir>/run/       bind-mounted at /.forkbox/run inside: agent.json, agent.sock, agent.log
 package runtime
 
@@ -45,6 +45,10 @@ type Spec struct {
 	// FromFS, when set, is a tar of a writable layer (ExportFS) that the new
 	// sandbox starts with: a cold boot from a filesystem snapshot.
 	FromFS string
+	// Build makes a build sandbox: its agent keeps the build capabilities
+	// (internal/harden.BuildCaps) so that image builds can run commands as
+	// root (agent.ExecRequest.Root). Never set for users' sandboxes.
+	Build bool
 }
 
 // Info is where a sandbox lives on the host. The caller persists it (as JSON)

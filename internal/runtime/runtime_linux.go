@@ -412,8 +412,10 @@ func (r *Runtime) prepareRoot(ctx context.Context, spec Spec, undo *cleanup) (ro
 		return "", "", err
 	}
 	undo.add(func() error { return unmount(rootfs) })
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", spec.Image.RootFS,
-		filepath.Join(dir, "disk", "upper"), filepath.Join(dir, "disk", "work"))
+	opts, err := overlayOptions(spec.Image.LowerDirs, filepath.Join(dir, "disk"))
+	if err != nil {
+		return "", "", err
+	}
 	if err := unix.Mount("overlay", rootfs, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		return "", "", fmt.Errorf("mount overlay root: %w", err)
 	}
@@ -425,6 +427,7 @@ func (r *Runtime) prepareRoot(ctx context.Context, spec Spec, undo *cleanup) (ro
 		GID:       spec.Image.GID,
 		WorkDir:   spec.Image.WorkDir,
 		Env:       agent.MergeEnv(spec.Image.Env, spec.Env),
+		Build:     spec.Build,
 	}
 	if err := writeJSON(filepath.Join(runDir, agent.ConfigName), acfg); err != nil {
 		return "", "", err
@@ -437,6 +440,27 @@ func (r *Runtime) prepareRoot(ctx context.Context, spec Spec, undo *cleanup) (ro
 	}
 
 	return rootfs, runDir, nil
+}
+
+// overlayOptions returns the mount options of a sandbox's root: the image's
+// lower dirs (top first) under the writable layer mounted at disk. They must
+// fit in one page, the kernel's limit for mount data.
+func overlayOptions(lowers []string, disk string) (string, error) {
+	if len(lowers) == 0 {
+		return "", errors.New("image has no lower dirs")
+	}
+	for _, l := range lowers {
+		if strings.ContainsAny(l, ":,\\") {
+			return "", fmt.Errorf("image lower dir %q holds a character overlayfs options cannot take (':', ',' or '\\')", l)
+		}
+	}
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", strings.Join(lowers, ":"),
+		filepath.Join(disk, "upper"), filepath.Join(disk, "work"))
+	if len(opts) >= os.Getpagesize() {
+		return "", fmt.Errorf("image has too many layers (%d) for one overlay mount from this data dir (%d bytes of options, at most %d)",
+			len(lowers), len(opts), os.Getpagesize()-1)
+	}
+	return opts, nil
 }
 
 // waitReady reads the status pipe: the agent writes "ok" once it serves, and

@@ -406,9 +406,11 @@ func TestCodeStreaming(t *testing.T) {
 	}
 }
 
+// TestCodeSecondLanguage runs R on the host-derived image, which brings the
+// host's R kernel (the default python image has Python only).
 func TestCodeSecondLanguage(t *testing.T) {
 	needRoot(t)
-	sb := newSandbox(t, shared, api.CreateSandboxRequest{})
+	sb := newSandbox(t, shared, api.CreateSandboxRequest{Image: "host"})
 	ex := runCode(t, shared, sb.ID, api.RunCodeRequest{Code: "total <- sum(c(120, 95))", Language: "r"})
 	noError(t, ex)
 	ex = runCode(t, shared, sb.ID, api.RunCodeRequest{Code: "total * 2", Language: "r"})

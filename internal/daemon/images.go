@@ -1,0 +1,93 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"github.com/forkbox/forkbox/api"
+	"github.com/forkbox/forkbox/images"
+	"github.com/forkbox/forkbox/internal/build"
+	"github.com/forkbox/forkbox/internal/image"
+	"github.com/forkbox/forkbox/internal/netsetup"
+	"github.com/forkbox/forkbox/internal/runtime"
+	"github.com/forkbox/forkbox/internal/sandbox"
+)
+
+// ensureDefaultImage builds the default image from its embedded recipe. When
+// every layer is cached (the usual start) this takes milliseconds and changes
+// nothing; a changed recipe rebuilds what changed.
+func ensureDefaultImage(ctx context.Context, b *build.Builder, mgr *sandbox.Manager, log *slog.Logger) (*api.Image, error) {
+	r, err := build.ParseRecipe(images.Python)
+	if err != nil {
+		return nil, fmt.Errorf("embedded recipe: %w", err)
+	}
+	start := time.Now()
+	built := false
+	img, err := mgr.BuildImage(ctx, r, nil, func(ev api.BuildEvent) {
+		switch {
+		case ev.Type == api.BuildEventStep && !ev.Cached && (ev.Kind == "run" || ev.Kind == "base" || ev.Kind == "copy"):
+			built = true
+			log.Info("building the default image", "image", r.Name, "step", ev.Step, "of", ev.Total, "kind", ev.Kind)
+		case ev.Type == api.BuildEventLog:
+			log.Debug("default image build", "image", r.Name, "step", ev.Step, "line", ev.Line)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	if built {
+		log.Info("default image built", "image", img.Name, "layers", len(img.Layers), "size_bytes", img.SizeBytes, "took", time.Since(start).Round(time.Millisecond))
+	}
+	return img, nil
+}
+
+// Prepare builds the images a daemon needs (the default image from its
+// recipe and the host-derived image) into cfg's images directory without
+// starting a daemon, sending the build log to emit. `make run` and `make test`
+// run it (forkbox prepare), so that no daemon waits minutes for its first
+// image.
+func Prepare(ctx context.Context, cfg Config, emit func(api.BuildEvent)) (*image.Image, error) {
+	if cfg.DataDir == "" {
+		return nil, fmt.Errorf("--data-dir is empty")
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	store, err := image.Open(cfg.imagesDir())
+	if err != nil {
+		return nil, err
+	}
+	if _, err := store.EnsureHostPython(ctx); err != nil {
+		log.Warn("host image unavailable", "image", image.HostImage, "err", err)
+	}
+	nm, err := netsetup.New(ctx, netsetup.Config{})
+	if err != nil {
+		return nil, fmt.Errorf("network: %w", err)
+	}
+	rt, err := runtime.New(runtime.Config{
+		Dir:      filepath.Join(cfg.DataDir, "sandboxes"),
+		CacheDir: filepath.Join(cfg.DataDir, "cache"),
+		Binary:   cfg.Binary,
+		Net:      nm,
+		Logger:   log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		rt.Close()
+		if err := rt.ReleaseMounts(); err != nil {
+			log.Warn("release sandboxes mount", "err", err)
+		}
+	}()
+	r, err := build.ParseRecipe(images.Python)
+	if err != nil {
+		return nil, fmt.Errorf("embedded recipe: %w", err)
+	}
+	b := build.New(store, rt, build.Config{Logger: log})
+	return b.Build(ctx, r, nil, nil, emit)
+}
