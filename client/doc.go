@@ -72,4 +72,25 @@
 //	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{Pool: "warm", Name: "session-42"})
 //
 // ListPools and DeletePool manage the pools.
+//
+// The analyst: UploadFile stores a CSV, and Chat asks a question about it in
+// plain language; a model answers by running code in the conversation's
+// sandbox, and the answer carries the charts the code drew and every step it
+// ran. ChatStream follows the answer as it is made (the model's text, each
+// piece of code and its output). The answer's ConversationID continues the
+// conversation, its variables still defined:
+//
+//	f, err := os.Open("sales.csv")
+//	...
+//	up, err := c.UploadFile(ctx, "sales.csv", f, "")
+//	...
+//	res, err := c.Chat(ctx, api.ChatRequest{Question: "Profit by region?", FileIDs: []string{up.ID}})
+//	...
+//	res, err = c.Chat(ctx, api.ChatRequest{Question: "And by product?", ConversationID: res.ConversationID})
+//
+// CreateConversation starts a conversation (and its sandbox, for code cells)
+// before any question; ListConversations, GetConversation (with its turns
+// and files), DeleteConversation and GetUpload manage them. Chat needs the
+// daemon to have a model provider configured; without one it fails with
+// ErrUnavailable, and the rest works.
 package client

@@ -24,22 +24,6 @@ import (
 	"github.com/forkbox/forkbox/internal/errdefs"
 )
 
-// The image schemas join the drift test's table (openapi_test.go).
-func init() {
-	for name, typ := range map[string]reflect.Type{
-		"Image":      reflect.TypeFor[api.Image](),
-		"ImageList":  reflect.TypeFor[api.ImageList](),
-		"Recipe":     reflect.TypeFor[api.Recipe](),
-		"RecipeStep": reflect.TypeFor[api.RecipeStep](),
-		"CopyStep":   reflect.TypeFor[api.CopyStep](),
-		"BuildEvent": reflect.TypeFor[api.BuildEvent](),
-	} {
-		documented[name] = typ
-	}
-	// The daemon parses recipes strictly.
-	requestBodies = append(requestBodies, "Recipe", "RecipeStep", "CopyStep")
-}
-
 // TestOpenAPIImages pins the image endpoints, their content types, statuses
 // and build events to the document.
 func TestOpenAPIImages(t *testing.T) {

@@ -46,12 +46,32 @@ var documented = map[string]reflect.Type{
 	"PoolList":             reflect.TypeFor[api.PoolList](),
 	"Error":                reflect.TypeFor[api.Error](),
 	"ErrorBody":            reflect.TypeFor[api.ErrorBody](),
+
+	"Image":      reflect.TypeFor[api.Image](),
+	"ImageList":  reflect.TypeFor[api.ImageList](),
+	"Recipe":     reflect.TypeFor[api.Recipe](),
+	"RecipeStep": reflect.TypeFor[api.RecipeStep](),
+	"CopyStep":   reflect.TypeFor[api.CopyStep](),
+	"BuildEvent": reflect.TypeFor[api.BuildEvent](),
+
+	"ChatRequest":               reflect.TypeFor[api.ChatRequest](),
+	"ChatResponse":              reflect.TypeFor[api.ChatResponse](),
+	"ChatImage":                 reflect.TypeFor[api.ChatImage](),
+	"ChatStep":                  reflect.TypeFor[api.ChatStep](),
+	"ChatEvent":                 reflect.TypeFor[api.ChatEvent](),
+	"ChatOutput":                reflect.TypeFor[api.ChatOutput](),
+	"Conversation":              reflect.TypeFor[api.Conversation](),
+	"ChatTurn":                  reflect.TypeFor[api.ChatTurn](),
+	"ConversationList":          reflect.TypeFor[api.ConversationList](),
+	"CreateConversationRequest": reflect.TypeFor[api.CreateConversationRequest](),
+	"UploadedFile":              reflect.TypeFor[api.UploadedFile](),
 }
 
 // requestBodies are decoded strictly by the daemon, so their schemas must
 // forbid unknown properties.
 var requestBodies = []string{"CreateSandboxRequest", "ExecRequest", "RunCodeRequest", "CreateContextRequest",
-	"CheckpointRequest", "ForkRequest", "CreatePoolRequest"}
+	"CheckpointRequest", "ForkRequest", "CreatePoolRequest", "Recipe", "RecipeStep", "CopyStep",
+	"ChatRequest", "CreateConversationRequest"}
 
 // schemaOnly are documented shapes without a Go type in package api. Result
 // is the map[string]any of Execution.Results and of a result event.
@@ -317,6 +337,9 @@ func TestOpenAPIPaths(t *testing.T) {
 		"GET /v1/snapshots", "GET /v1/snapshots/{id}", "DELETE /v1/snapshots/{id}",
 		"POST /v1/sandboxes/{sandbox}/suspend", "POST /v1/sandboxes/{sandbox}/resume",
 		"POST /v1/pools", "GET /v1/pools", "DELETE /v1/pools/{name}",
+		"POST /v1/chat", "POST /v1/conversations", "GET /v1/conversations",
+		"GET /v1/conversations/{id}", "DELETE /v1/conversations/{id}",
+		"POST /v1/files", "GET /v1/files/{id}",
 		"GET /healthz", "GET /metrics", "GET /v1/openapi.json",
 	} {
 		method, p, _ := strings.Cut(want, " ")
@@ -340,6 +363,13 @@ func TestOpenAPISSEEvents(t *testing.T) {
 			api.EventStdout: "OutputChunk", api.EventStderr: "OutputChunk",
 			api.EventResult: "Result", api.EventError: "ExecutionError",
 			api.EventDone: "Execution", eventFailure: "ErrorBody",
+		},
+		"/v1/chat": {
+			api.ChatEventConversation: "ChatEvent", api.ChatEventText: "ChatEvent",
+			api.ChatEventToolCall: "ChatEvent", api.ChatEventToolError: "ChatEvent",
+			api.ChatEventOutput: "ChatEvent", api.ChatEventExecution: "ChatEvent",
+			api.ChatEventAnswer: "ChatEvent",
+			api.ChatEventDone:   "ChatResponse", api.ChatEventError: "ErrorBody",
 		},
 	} {
 		events, _ := resolve(raw, "#/paths/"+strings.ReplaceAll(path, "/", "~1")+"/post/responses/200/content/text~1event-stream/x-sse-events").(map[string]any)
@@ -489,5 +519,66 @@ func TestOpenAPIPoolsAndSuspend(t *testing.T) {
 		if got := resolve(raw, full); got != "#/components/schemas/"+want {
 			t.Errorf("%s: schema %v, want %s", ref, got, want)
 		}
+	}
+}
+
+// TestOpenAPIChat pins the chat endpoints' statuses, bodies and enums to the
+// document.
+func TestOpenAPIChat(t *testing.T) {
+	raw, _ := loadOpenAPI(t)
+	esc := func(p string) string { return strings.ReplaceAll(p, "/", "~1") }
+	for op, codes := range map[string][]string{
+		"POST /v1/chat":                 {"200", "400", "404", "413", "503"},
+		"POST /v1/conversations":        {"201", "400", "503"},
+		"GET /v1/conversations":         {"200"},
+		"GET /v1/conversations/{id}":    {"200", "404"},
+		"DELETE /v1/conversations/{id}": {"204", "404"},
+		"POST /v1/files":                {"201", "400", "404", "413"},
+		"GET /v1/files/{id}":            {"200", "404"},
+	} {
+		method, path, _ := strings.Cut(op, " ")
+		for _, code := range codes {
+			if resolve(raw, "#/paths/"+esc(path)+"/"+strings.ToLower(method)+"/responses/"+code) == nil {
+				t.Errorf("%s: no %s answer", op, code)
+			}
+		}
+	}
+	for _, c := range []struct{ path, at, want string }{
+		{"/v1/chat", "post/requestBody", "ChatRequest"},
+		{"/v1/chat", "post/responses/200", "ChatResponse"},
+		{"/v1/conversations", "post/requestBody", "CreateConversationRequest"},
+		{"/v1/conversations", "post/responses/201", "Conversation"},
+		{"/v1/conversations", "get/responses/200", "ConversationList"},
+		{"/v1/conversations/{id}", "get/responses/200", "Conversation"},
+		{"/v1/files", "post/responses/201", "UploadedFile"},
+		{"/v1/files/{id}", "get/responses/200", "UploadedFile"},
+	} {
+		ref := "#/paths/" + esc(c.path) + "/" + c.at + "/content/application~1json/schema/$ref"
+		if got := resolve(raw, ref); got != "#/components/schemas/"+c.want {
+			t.Errorf("%s %s: schema %v, want %s", c.path, c.at, got, c.want)
+		}
+	}
+	// The upload is multipart with a file part and an optional conversation.
+	if got := resolve(raw, "#/paths/~1v1~1files/post/requestBody/content/multipart~1form-data/schema/required"); !reflect.DeepEqual(got, []any{"file"}) {
+		t.Errorf("POST /v1/files multipart required = %v, want [file]", got)
+	}
+	for _, part := range []string{"file", "conversation_id"} {
+		if resolve(raw, "#/paths/~1v1~1files/post/requestBody/content/multipart~1form-data/schema/properties/"+part) == nil {
+			t.Errorf("POST /v1/files: multipart part %q is not documented", part)
+		}
+	}
+	// The stream's event kinds are ChatEvent's type enum; done and error
+	// carry other data.
+	if got, want := resolve(raw, "#/components/schemas/ChatEvent/properties/type/enum"), []any{
+		api.ChatEventConversation, api.ChatEventText, api.ChatEventToolCall, api.ChatEventToolError,
+		api.ChatEventOutput, api.ChatEventExecution, api.ChatEventAnswer,
+	}; !reflect.DeepEqual(got, want) {
+		t.Errorf("ChatEvent.type enum = %v, want %v", got, want)
+	}
+	if got := resolve(raw, "#/components/schemas/ChatOutput/properties/type/enum"); !reflect.DeepEqual(got, []any{"stdout", "stderr", "result", "error"}) {
+		t.Errorf("ChatOutput.type enum = %v", got)
+	}
+	if got := resolve(raw, "#/components/schemas/ChatRequest/properties/question/minLength"); got != 1.0 {
+		t.Errorf("ChatRequest.question minLength = %v, want 1", got)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -48,7 +49,17 @@ func serveCmd() *cobra.Command {
 	cmd.Flags().StringVar(&cfg.Listen, "listen", "127.0.0.1:8080", "address to listen on")
 	addDataFlags(cmd, &cfg)
 	cmd.Flags().BoolVar(&debug, "debug", false, "log every request")
+	cmd.Flags().Int64Var(&cfg.MaxUploadMB, "max-upload-mb", envInt("FORKBOX_MAX_UPLOAD_MB", 50),
+		"largest CSV a chat upload may be, in MiB (env FORKBOX_MAX_UPLOAD_MB)")
 	return cmd
+}
+
+// envInt reads an integer environment variable, def when unset or bad.
+func envInt(key string, def int64) int64 {
+	if v, err := strconv.ParseInt(os.Getenv(key), 10, 64); err == nil && v > 0 {
+		return v
+	}
+	return def
 }
 
 // addDataFlags adds the flags that say where the daemon's state lives.

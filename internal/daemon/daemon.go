@@ -16,7 +16,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/forkbox/forkbox/internal/analyst"
 	"github.com/forkbox/forkbox/internal/build"
+	"github.com/forkbox/forkbox/internal/chat"
 	"github.com/forkbox/forkbox/internal/criu"
 	"github.com/forkbox/forkbox/internal/httpapi"
 	"github.com/forkbox/forkbox/internal/image"
@@ -35,6 +37,8 @@ type Config struct {
 	// Daemons may share one (tests do).
 	ImagesDir string
 	APIKey    string
+	// MaxUploadMB bounds a chat upload (default 50).
+	MaxUploadMB int64
 	// Binary is the forkbox executable for sandboxes; default: this process's.
 	Binary   string
 	Defaults sandbox.Defaults
@@ -181,7 +185,20 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 			log.Error("default image unavailable", "image", image.DefaultImage, "err", err)
 		}
 	}()
-	api, err := httpapi.New(httpapi.Config{APIKey: cfg.APIKey, Logger: log}, mgr)
+	prov, provErr := chat.ProviderFromEnv(os.Getenv)
+	if provErr != nil {
+		log.Info("chat disabled until a model provider is configured", "why", provErr)
+	} else {
+		log.Info("chat ready", "provider", prov.Name(), "model", prov.Model())
+	}
+	chatSvc, err := analyst.New(d.store, mgr, analyst.Config{
+		Provider: prov, ProviderErr: provErr, UploadsDir: filepath.Join(cfg.DataDir, "uploads"),
+		MaxUploadBytes: cfg.MaxUploadMB << 20, Logger: log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	api, err := httpapi.New(httpapi.Config{APIKey: cfg.APIKey, Chat: chatSvc, Logger: log}, mgr)
 	if err != nil {
 		return nil, err
 	}

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/forkbox/forkbox/api"
+	"github.com/forkbox/forkbox/internal/analyst"
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/sandbox"
 	"github.com/prometheus/client_golang/prometheus"
@@ -39,7 +40,9 @@ type Config struct {
 	MaxJSONBytes int64
 	// MaxUploadBytes bounds file uploads (default 1 GiB).
 	MaxUploadBytes int64
-	Logger         *slog.Logger
+	// Chat serves /v1/chat, conversations and uploads; nil: those answer 503.
+	Chat   *analyst.Service
+	Logger *slog.Logger
 }
 
 // Server is the HTTP API.
@@ -113,6 +116,13 @@ func (s *Server) routes() {
 	h("GET /v1/images", s.listImages)
 	h("GET /v1/images/{name}", s.getImage)
 	h("DELETE /v1/images/{name}", s.deleteImage)
+	h("POST /v1/chat", s.chat)
+	h("POST /v1/conversations", s.createConversation)
+	h("GET /v1/conversations", s.listConversations)
+	h("GET /v1/conversations/{id}", s.getConversation)
+	h("DELETE /v1/conversations/{id}", s.deleteConversation)
+	h("POST /v1/files", s.uploadFile)
+	h("GET /v1/files/{id}", s.getUpload)
 	h("POST /v1/sandboxes/{sandbox}/contexts", s.createContext)
 	h("GET /v1/sandboxes/{sandbox}/contexts", s.listContexts)
 	h("DELETE /v1/sandboxes/{sandbox}/contexts/{id}", s.contextAction(sandbox.ContextDelete))
@@ -214,7 +224,13 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // decodeJSON reads a JSON body strictly: unknown fields, trailing data,
 // wrong types and oversized bodies are client errors that name the problem.
 func (s *Server) decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
-	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxJSONBytes)
+	return s.decodeJSONLimit(w, r, v, s.cfg.MaxJSONBytes)
+}
+
+// decodeJSONLimit is decodeJSON with a body limit of its own (a chat
+// question may carry a whole CSV).
+func (s *Server) decodeJSONLimit(w http.ResponseWriter, r *http.Request, v any, limit int64) error {
+	body := http.MaxBytesReader(w, r.Body, limit)
 	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
 	err := dec.Decode(v)

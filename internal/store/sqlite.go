@@ -71,6 +71,36 @@ var migrations = []string{
 		size        INTEGER NOT NULL,
 		created_at  INTEGER NOT NULL
 	);`,
+	// 6: chat conversations, their turns, and uploaded files.
+	`CREATE TABLE conversations (
+		id           TEXT PRIMARY KEY,
+		title        TEXT NOT NULL DEFAULT '',
+		sandbox_id   TEXT NOT NULL DEFAULT '',
+		sandbox_name TEXT NOT NULL DEFAULT '',
+		model        TEXT NOT NULL DEFAULT '',
+		created_at   INTEGER NOT NULL,
+		updated_at   INTEGER NOT NULL
+	);
+	CREATE INDEX conversations_updated ON conversations(updated_at);
+	CREATE TABLE conversation_turns (
+		conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+		seq             INTEGER NOT NULL,
+		turn            TEXT NOT NULL DEFAULT '',
+		messages        TEXT NOT NULL DEFAULT '',
+		created_at      INTEGER NOT NULL,
+		PRIMARY KEY (conversation_id, seq)
+	);
+	CREATE TABLE uploads (
+		id              TEXT PRIMARY KEY,
+		name            TEXT NOT NULL,
+		size_bytes      INTEGER NOT NULL DEFAULT 0,
+		sha256          TEXT NOT NULL DEFAULT '',
+		header          TEXT NOT NULL DEFAULT 'null',
+		row_count       INTEGER NOT NULL DEFAULT 0,
+		conversation_id TEXT NOT NULL DEFAULT '',
+		created_at      INTEGER NOT NULL
+	);
+	CREATE INDEX uploads_conversation ON uploads(conversation_id, created_at);`,
 }
 
 // SQLite is the embedded Store: one database file in the data directory,
@@ -79,7 +109,10 @@ type SQLite struct {
 	db *sql.DB
 }
 
-var _ Store = (*SQLite)(nil)
+var (
+	_ Store             = (*SQLite)(nil)
+	_ ConversationStore = (*SQLite)(nil)
+)
 
 // OpenSQLite opens (creating if needed) the database at path and migrates it
 // to the latest schema.

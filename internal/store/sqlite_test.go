@@ -30,6 +30,79 @@ func TestSQLiteConformance(t *testing.T) {
 	})
 }
 
+func TestSQLiteConversationConformance(t *testing.T) {
+	storetest.RunConversations(t, func(t *testing.T) store.ConversationStore {
+		return openClosing(t, filepath.Join(t.TempDir(), "forkbox.db"))
+	})
+}
+
+// Conversations, turns and uploads survive a reopen, and a database made
+// before they existed (schema 5) gains their tables without losing anything.
+func TestSQLiteConversationsReopenAndUpgrade(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "forkbox.db")
+	s := openSQLite(t, path)
+	if err := s.Create(ctx, testSandbox(1)); err != nil {
+		t.Fatal(err)
+	}
+	// Back to schema 5, as an older forkbox left it.
+	db := store.RawDB(s)
+	for _, q := range []string{`DROP TABLE conversation_turns`, `DROP TABLE conversations`, `DROP TABLE uploads`,
+		`DELETE FROM schema_migrations WHERE version >= 6`} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	s.Close()
+
+	s = openSQLite(t, path)
+	if v, err := s.SchemaVersion(ctx); err != nil || v != store.NumMigrations {
+		t.Fatalf("after upgrade SchemaVersion = %d, %v; want %d", v, err, store.NumMigrations)
+	}
+	if _, err := s.Get(ctx, testSandbox(1).ID); err != nil {
+		t.Fatalf("sandbox lost in the upgrade: %v", err)
+	}
+	created := time.Date(2026, 3, 4, 5, 6, 7, 8, time.UTC)
+	conv := &store.Conversation{ID: "conv_1", Title: "sales", SandboxID: "sbx_1", SandboxName: "conv-conv_1", Model: "m",
+		CreatedAt: created, UpdatedAt: created}
+	if err := s.CreateConversation(ctx, conv); err != nil {
+		t.Fatal(err)
+	}
+	turn := &store.Turn{ConversationID: "conv_1", Turn: json.RawMessage(`{"question":"q","answer":"42"}`),
+		Messages: json.RawMessage(`[{"role":"user"}]`), CreatedAt: created.Add(time.Second)}
+	if err := s.AppendTurn(ctx, turn); err != nil {
+		t.Fatal(err)
+	}
+	up := &store.Upload{ID: "file_1", Name: "sales.csv", SizeBytes: 10, SHA256: "ab", Columns: []string{"a", "b"}, Rows: 3,
+		ConversationID: "conv_1", CreatedAt: created}
+	if err := s.CreateUpload(ctx, up); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+
+	s = openClosing(t, path)
+	gotConv, err := s.GetConversation(ctx, "conv_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conv.UpdatedAt = turn.CreatedAt
+	if d := storetest.ConversationDiff(conv, gotConv); d != "" {
+		t.Errorf("conversation after reopen:%s", d)
+	}
+	turns, err := s.ListTurns(ctx, "conv_1")
+	if err != nil || len(turns) != 1 || turns[0].Seq != 1 || string(turns[0].Turn) != string(turn.Turn) ||
+		string(turns[0].Messages) != string(turn.Messages) || !turns[0].CreatedAt.Equal(turn.CreatedAt) {
+		t.Errorf("turns after reopen: %+v, %v", turns, err)
+	}
+	gotUp, err := s.GetUpload(ctx, "file_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := storetest.UploadDiff(up, gotUp); d != "" {
+		t.Errorf("upload after reopen:%s", d)
+	}
+}
+
 // openSQLite opens path; the caller closes it.
 func openSQLite(t *testing.T, path string) *store.SQLite {
 	t.Helper()

@@ -1,7 +1,9 @@
 // Package store keeps forkbox's metadata: sandboxes, their state and the
-// history of their state changes. Store is the interface the rest of the
-// daemon uses; SQLite (sqlite.go) is the embedded implementation, and a later
-// PostgreSQL one runs the same conformance suite (storetest).
+// history of their state changes, snapshots and pools (Store), and chat
+// conversations, their turns and uploaded files (ConversationStore). These
+// are the interfaces the rest of the daemon uses; SQLite (sqlite.go) is the
+// embedded implementation of both, and a later PostgreSQL one runs the same
+// conformance suite (storetest).
 //
 // Every change is a transaction: Update reads a row, lets the caller mutate
 // it, and writes it back together with an event row when the state changed,
@@ -128,4 +130,86 @@ type Store interface {
 	// DeletePool removes a pool's record. Missing: errdefs.ErrNotFound.
 	DeletePool(ctx context.Context, name string) error
 	Close() error
+}
+
+// Conversation is a chat conversation's durable record (api.Conversation
+// without its turns and files). Each owns a named sandbox.
+type Conversation struct {
+	ID          string
+	Title       string
+	SandboxID   string
+	SandboxName string
+	Model       string
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
+}
+
+// Turn is one question of a conversation and its answer.
+type Turn struct {
+	ConversationID string
+	// Seq numbers a conversation's turns from 1; AppendTurn assigns it.
+	Seq int
+	// Turn is the api.ChatTurn as JSON; the store does not interpret it.
+	Turn json.RawMessage
+	// Messages is the model history of this turn (the provider messages it
+	// added), as JSON; the store does not interpret it.
+	Messages  json.RawMessage
+	CreatedAt time.Time
+}
+
+// Upload is an uploaded file's durable record; its bytes live elsewhere.
+type Upload struct {
+	ID        string
+	Name      string
+	SizeBytes int64
+	SHA256    string
+	Columns   []string // the CSV's header fields
+	Rows      int64    // the CSV's data rows
+	// ConversationID is the conversation the file was given to; "" for none.
+	ConversationID string
+	CreatedAt      time.Time
+}
+
+// ConversationStore keeps chat conversations, their turns and uploaded
+// files. It is separate from Store so that Store's fakes need not grow;
+// *SQLite implements both. Implementations are safe for concurrent use.
+type ConversationStore interface {
+	// CreateConversation inserts a conversation; an id already used is
+	// errdefs.ErrConflict.
+	CreateConversation(ctx context.Context, c *Conversation) error
+	// GetConversation finds a conversation by id. Missing: errdefs.ErrNotFound.
+	GetConversation(ctx context.Context, id string) (*Conversation, error)
+	// ListConversations returns every conversation, the most recently
+	// updated first.
+	ListConversations(ctx context.Context) ([]*Conversation, error)
+	// UpdateConversation writes c's Title, SandboxID, SandboxName, Model and
+	// UpdatedAt (CreatedAt is kept). Missing: errdefs.ErrNotFound.
+	UpdateConversation(ctx context.Context, c *Conversation) error
+	// DeleteConversation removes a conversation and its turns, and detaches
+	// its uploads (their ConversationID becomes ""). Missing:
+	// errdefs.ErrNotFound.
+	DeleteConversation(ctx context.Context, id string) error
+	// AppendTurn adds t to the end of conversation t.ConversationID: it sets
+	// t.Seq to the last turn's Seq plus one (1 for the first turn) and moves
+	// the conversation's UpdatedAt forward to t.CreatedAt (a zero CreatedAt
+	// is set to now first). An unknown conversation is errdefs.ErrNotFound;
+	// Turn or Messages that are not valid JSON (when not empty) are
+	// errdefs.ErrInvalidArgument.
+	AppendTurn(ctx context.Context, t *Turn) error
+	// ListTurns returns a conversation's turns by Seq (none for an unknown
+	// conversation).
+	ListTurns(ctx context.Context, conversationID string) ([]*Turn, error)
+
+	// CreateUpload records an uploaded file; an id already used is
+	// errdefs.ErrConflict, a ConversationID that names no conversation
+	// errdefs.ErrNotFound.
+	CreateUpload(ctx context.Context, u *Upload) error
+	// GetUpload finds an upload by id. Missing: errdefs.ErrNotFound.
+	GetUpload(ctx context.Context, id string) (*Upload, error)
+	// ListUploads returns a conversation's uploads, oldest first;
+	// conversationID "" lists every upload.
+	ListUploads(ctx context.Context, conversationID string) ([]*Upload, error)
+	// SetUploadConversation gives upload id to a conversation ("" detaches
+	// it). An unknown upload or conversation is errdefs.ErrNotFound.
+	SetUploadConversation(ctx context.Context, id, conversationID string) error
 }

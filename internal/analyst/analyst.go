@@ -1,0 +1,565 @@
+// Package analyst is the chat product of SPEC §6: conversations that each own
+// a named sandbox, CSV uploads that land in its /workspace, and questions
+// answered by the agent loop (internal/chat) running code in that sandbox. A
+// conversation's sandbox is named, so it suspends when idle and resumes on the
+// next question with its variables; its turns and the model history persist
+// in the metadata store.
+package analyst
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/csv"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/forkbox/forkbox/api"
+	"github.com/forkbox/forkbox/internal/agent"
+	"github.com/forkbox/forkbox/internal/chat"
+	"github.com/forkbox/forkbox/internal/errdefs"
+	"github.com/forkbox/forkbox/internal/sandbox"
+	"github.com/forkbox/forkbox/internal/store"
+)
+
+// Config tunes a Service.
+type Config struct {
+	// Provider answers questions; nil means chat is unavailable and
+	// ProviderErr says why (how to configure one).
+	Provider    chat.Provider
+	ProviderErr error
+	// UploadsDir keeps uploaded files.
+	UploadsDir string
+	// MaxUploadBytes bounds an upload (default 50 MiB).
+	MaxUploadBytes int64
+	// MaxRounds bounds the tool rounds per question (default 10).
+	MaxRounds int
+	// IdleTimeoutSecs is the conversation sandboxes' idle timeout, after
+	// which they suspend (default 600).
+	IdleTimeoutSecs int64
+	// CellTimeout bounds each cell the model runs (default 2 minutes).
+	CellTimeout time.Duration
+	Logger      *slog.Logger
+}
+
+// Service runs conversations.
+type Service struct {
+	cfg   Config
+	store store.ConversationStore
+	mgr   *sandbox.Manager
+	log   *slog.Logger
+
+	mu    sync.Mutex
+	locks map[string]*sync.Mutex // one question at a time per conversation
+}
+
+// New returns a Service keeping conversations in st and sandboxes in mgr.
+func New(st store.ConversationStore, mgr *sandbox.Manager, cfg Config) (*Service, error) {
+	if cfg.MaxUploadBytes <= 0 {
+		cfg.MaxUploadBytes = 50 << 20
+	}
+	if cfg.MaxRounds <= 0 {
+		cfg.MaxRounds = 10
+	}
+	if cfg.IdleTimeoutSecs <= 0 {
+		cfg.IdleTimeoutSecs = 600
+	}
+	if cfg.CellTimeout <= 0 {
+		cfg.CellTimeout = 2 * time.Minute
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Provider == nil && cfg.ProviderErr == nil {
+		cfg.ProviderErr = errdefs.Unavailable("no model provider is configured")
+	}
+	if err := os.MkdirAll(cfg.UploadsDir, 0o700); err != nil {
+		return nil, fmt.Errorf("uploads dir: %w", err)
+	}
+	return &Service{cfg: cfg, store: st, mgr: mgr, log: cfg.Logger, locks: map[string]*sync.Mutex{}}, nil
+}
+
+// MaxUploadBytes is the upload limit.
+func (s *Service) MaxUploadBytes() int64 { return s.cfg.MaxUploadBytes }
+
+func newID(prefix string) string {
+	var b [10]byte
+	_, _ = rand.Read(b[:])
+	return prefix + strings.ToLower(hex.EncodeToString(b[:]))
+}
+
+// CreateConversation starts a conversation and its named sandbox.
+func (s *Service) CreateConversation(ctx context.Context, title string) (*api.Conversation, error) {
+	title = strings.TrimSpace(title)
+	if len(title) > 200 {
+		return nil, errdefs.InvalidArgument("title: at most 200 bytes")
+	}
+	if title == "" {
+		title = "New conversation"
+	}
+	now := time.Now().UTC()
+	c := &store.Conversation{ID: newID("conv_"), Title: title, CreatedAt: now, UpdatedAt: now}
+	if err := s.newSandbox(ctx, c); err != nil {
+		return nil, err
+	}
+	if err := s.store.CreateConversation(ctx, c); err != nil {
+		s.dropSandbox(c.SandboxID)
+		return nil, err
+	}
+	return s.view(c), nil
+}
+
+// newSandbox gives c a fresh named sandbox.
+func (s *Service) newSandbox(ctx context.Context, c *store.Conversation) error {
+	timeout := s.cfg.IdleTimeoutSecs
+	name := "conv-" + strings.TrimPrefix(c.ID, "conv_")
+	if c.SandboxID != "" {
+		// A replacement: the old name may still be held by a record.
+		name = name + "-" + newID("")[:6]
+	}
+	sb, err := s.mgr.Create(ctx, &api.CreateSandboxRequest{
+		Name: name, TimeoutSecs: &timeout, Labels: map[string]string{"forkbox.conversation": c.ID},
+	})
+	if err != nil {
+		return fmt.Errorf("conversation sandbox: %w", err)
+	}
+	c.SandboxID, c.SandboxName = sb.ID, sb.Name
+	return nil
+}
+
+func (s *Service) dropSandbox(id string) {
+	if _, err := s.mgr.Delete(context.Background(), id); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		s.log.Warn("remove conversation sandbox", "sandbox", id, "err", err)
+	}
+}
+
+// ensureSandbox returns the id of c's sandbox, making a new one (and saying
+// so) when the old one is gone. A suspended sandbox is resumed by its next
+// use.
+func (s *Service) ensureSandbox(ctx context.Context, c *store.Conversation) (string, bool, error) {
+	sb, err := s.mgr.Get(ctx, c.SandboxID)
+	if err == nil && sb.State != api.StateTerminated && sb.State != api.StateError {
+		return sb.ID, false, nil
+	}
+	if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		return "", false, err
+	}
+	if err := s.newSandbox(ctx, c); err != nil {
+		return "", false, err
+	}
+	c.UpdatedAt = time.Now().UTC()
+	if err := s.store.UpdateConversation(ctx, c); err != nil {
+		return "", false, err
+	}
+	return c.SandboxID, true, nil
+}
+
+func (s *Service) view(c *store.Conversation) *api.Conversation {
+	return &api.Conversation{
+		ID: c.ID, Title: c.Title, Sandbox: c.SandboxID, SandboxName: c.SandboxName, Model: c.Model,
+		CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt,
+	}
+}
+
+// ListConversations returns every conversation, most recent first.
+func (s *Service) ListConversations(ctx context.Context) ([]api.Conversation, error) {
+	cs, err := s.store.ListConversations(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]api.Conversation, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, *s.view(c))
+	}
+	return out, nil
+}
+
+// GetConversation returns a conversation with its turns and files.
+func (s *Service) GetConversation(ctx context.Context, id string) (*api.Conversation, error) {
+	c, err := s.store.GetConversation(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	v := s.view(c)
+	turns, err := s.store.ListTurns(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	v.Turns = []api.ChatTurn{}
+	for _, t := range turns {
+		var ct api.ChatTurn
+		if err := json.Unmarshal(t.Turn, &ct); err != nil {
+			return nil, fmt.Errorf("conversation %s turn %d: %w", id, t.Seq, err)
+		}
+		v.Turns = append(v.Turns, ct)
+	}
+	ups, err := s.store.ListUploads(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	v.Files = []api.UploadedFile{}
+	for _, u := range ups {
+		v.Files = append(v.Files, uploadView(u))
+	}
+	return v, nil
+}
+
+// DeleteConversation terminates the conversation's sandbox and forgets it.
+func (s *Service) DeleteConversation(ctx context.Context, id string) error {
+	c, err := s.store.GetConversation(ctx, id)
+	if err != nil {
+		return err
+	}
+	s.dropSandbox(c.SandboxID)
+	return s.store.DeleteConversation(ctx, id)
+}
+
+func uploadView(u *store.Upload) api.UploadedFile {
+	cols := u.Columns
+	if cols == nil {
+		cols = []string{}
+	}
+	return api.UploadedFile{ID: u.ID, Name: u.Name, SizeBytes: u.SizeBytes, SHA256: u.SHA256,
+		CreatedAt: u.CreatedAt, Columns: cols, Rows: u.Rows}
+}
+
+var unsafeName = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
+
+// cleanName makes an upload's name safe as a file name in /workspace.
+func cleanName(name string) string {
+	name = filepath.Base(strings.ReplaceAll(name, "\\", "/"))
+	name = strings.Trim(unsafeName.ReplaceAllString(name, "_"), "._")
+	if name == "" {
+		name = "data"
+	}
+	if len(name) > 100 {
+		name = name[:100]
+	}
+	return name
+}
+
+// Upload stores a CSV file. Anything that is not CSV text is refused with a
+// message saying why, and so is a file over the limit; nothing is kept then.
+func (s *Service) Upload(ctx context.Context, name string, r io.Reader, conversationID string) (*api.UploadedFile, error) {
+	if !strings.EqualFold(filepath.Ext(name), ".csv") {
+		return nil, errdefs.InvalidArgument("only CSV files can be uploaded: %q does not end in .csv", name)
+	}
+	if conversationID != "" {
+		if _, err := s.store.GetConversation(ctx, conversationID); err != nil {
+			return nil, err
+		}
+	}
+	id := newID("file_")
+	path := filepath.Join(s.cfg.UploadsDir, id+".csv")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("store upload: %w", err)
+	}
+	keep := false
+	defer func() {
+		if !keep {
+			os.Remove(path)
+		}
+	}()
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(r, s.cfg.MaxUploadBytes+1))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store upload: %w", err)
+	}
+	if n > s.cfg.MaxUploadBytes {
+		return nil, errdefs.TooLarge("%s is larger than the upload limit of %s", name, humanSize(s.cfg.MaxUploadBytes))
+	}
+	cols, rows, err := checkCSV(path)
+	if err != nil {
+		return nil, errdefs.InvalidArgument("%s is not a CSV file: %v", name, err)
+	}
+	u := &store.Upload{ID: id, Name: cleanName(name), SizeBytes: n, SHA256: hex.EncodeToString(h.Sum(nil)),
+		Columns: cols, Rows: rows, ConversationID: conversationID, CreatedAt: time.Now().UTC()}
+	if err := s.store.CreateUpload(ctx, u); err != nil {
+		return nil, err
+	}
+	keep = true
+	v := uploadView(u)
+	return &v, nil
+}
+
+// GetUpload returns an upload's record.
+func (s *Service) GetUpload(ctx context.Context, id string) (*api.UploadedFile, error) {
+	u, err := s.store.GetUpload(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	v := uploadView(u)
+	return &v, nil
+}
+
+// checkCSV reads a whole file as CSV: UTF-8 text, no NUL bytes, at least one
+// column, every record as wide as the header. It returns the header and the
+// number of data rows.
+func checkCSV(path string) ([]string, int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer f.Close()
+	br := bufio.NewReader(f)
+	head, _ := br.Peek(64 << 10)
+	if len(head) == 0 {
+		return nil, 0, errors.New("it is empty")
+	}
+	if bytes.IndexByte(head, 0) >= 0 {
+		return nil, 0, errors.New("it holds binary data")
+	}
+	if !utf8.Valid(trimPartialRune(head)) {
+		return nil, 0, errors.New("it is not UTF-8 text")
+	}
+	cr := csv.NewReader(br)
+	cr.ReuseRecord = true
+	header, err := cr.Read()
+	if err != nil {
+		return nil, 0, err
+	}
+	header = append([]string(nil), header...)
+	if len(header) < 1 || (len(header) == 1 && strings.TrimSpace(header[0]) == "") {
+		return nil, 0, errors.New("it has no columns")
+	}
+	var rows int64
+	for {
+		_, err := cr.Read()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, 0, err
+		}
+		rows++
+	}
+	return header, rows, nil
+}
+
+// trimPartialRune drops a rune cut by the end of a peeked buffer.
+func trimPartialRune(b []byte) []byte {
+	for i := 0; i < utf8.UTFMax && len(b) > 0; i++ {
+		r, size := utf8.DecodeLastRune(b)
+		if r != utf8.RuneError || size != 1 {
+			break
+		}
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+func humanSize(n int64) string {
+	if n >= 1<<20 {
+		return fmt.Sprintf("%d MiB", n>>20)
+	}
+	return fmt.Sprintf("%d KiB", n>>10)
+}
+
+func (s *Service) lock(id string) func() {
+	s.mu.Lock()
+	l := s.locks[id]
+	if l == nil {
+		l = &sync.Mutex{}
+		s.locks[id] = l
+	}
+	s.mu.Unlock()
+	l.Lock()
+	return l.Unlock
+}
+
+// Ask answers a question in a conversation (a new one when none is named),
+// after putting the given CSV and uploads into its sandbox's /workspace.
+// emit receives the stream: the conversation first, then the loop's events.
+func (s *Service) Ask(ctx context.Context, req *api.ChatRequest, emit func(api.ChatEvent)) (*api.ChatResponse, error) {
+	if emit == nil {
+		emit = func(api.ChatEvent) {}
+	}
+	question := strings.TrimSpace(req.Question)
+	if question == "" {
+		return nil, errdefs.InvalidArgument("question is empty")
+	}
+	if req.CSV != "" && req.CSVName != "" && !strings.EqualFold(filepath.Ext(req.CSVName), ".csv") {
+		return nil, errdefs.InvalidArgument("csv_name %q must end in .csv", req.CSVName)
+	}
+	var c *store.Conversation
+	var err error
+	if req.ConversationID != "" {
+		if c, err = s.store.GetConversation(ctx, req.ConversationID); err != nil {
+			return nil, err
+		}
+	}
+	ups := make([]*store.Upload, 0, len(req.FileIDs))
+	for _, id := range req.FileIDs {
+		u, err := s.store.GetUpload(ctx, id)
+		if err != nil {
+			return nil, fmt.Errorf("file_ids: %w", err)
+		}
+		ups = append(ups, u)
+	}
+	if s.cfg.Provider == nil {
+		return nil, s.cfg.ProviderErr
+	}
+	if req.CSV != "" {
+		name := req.CSVName
+		if name == "" {
+			name = "data.csv"
+		}
+		u, err := s.Upload(ctx, name, strings.NewReader(req.CSV), "")
+		if err != nil {
+			return nil, fmt.Errorf("csv: %w", err)
+		}
+		up, _ := s.store.GetUpload(ctx, u.ID)
+		ups = append(ups, up)
+	}
+	if c == nil {
+		v, err := s.CreateConversation(ctx, titleOf(question))
+		if err != nil {
+			return nil, err
+		}
+		if c, err = s.store.GetConversation(ctx, v.ID); err != nil {
+			return nil, err
+		}
+	}
+	unlock := s.lock(c.ID)
+	defer unlock()
+	sandboxID, replaced, err := s.ensureSandbox(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	emit(api.ChatEvent{Type: api.ChatEventConversation, ConversationID: c.ID, Sandbox: sandboxID})
+	if replaced {
+		// A new sandbox: the conversation's earlier files go in again.
+		earlier, err := s.store.ListUploads(ctx, c.ID)
+		if err != nil {
+			return nil, err
+		}
+		ups = append(earlier, ups...)
+	}
+	for _, u := range ups {
+		if err := s.place(ctx, sandboxID, u); err != nil {
+			return nil, err
+		}
+		if err := s.store.SetUploadConversation(ctx, u.ID, c.ID); err != nil {
+			return nil, err
+		}
+	}
+	history, files, err := s.context(ctx, c.ID, replaced)
+	if err != nil {
+		return nil, err
+	}
+	runner := chat.RunnerFunc(func(ctx context.Context, code string, on func(chat.Output)) (*api.Execution, error) {
+		to := s.cfg.CellTimeout.Milliseconds()
+		return s.mgr.RunCode(ctx, sandboxID, &api.RunCodeRequest{Code: code, TimeoutMS: &to}, sandbox.CodeOptions{
+			OnEvent: func(ev agent.CodeEvent) {
+				if on != nil && ev.Type != "done" {
+					on(chat.Output{Type: ev.Type, Text: ev.Text, Result: ev.Result, Error: ev.Error})
+				}
+			},
+		})
+	})
+	opts := chat.Options{MaxRounds: s.cfg.MaxRounds, Files: files, Model: req.Model}
+	res, err := chat.Run(ctx, s.cfg.Provider, runner, history, question, opts, emit)
+	now := time.Now().UTC()
+	if err != nil {
+		// The question is kept with its error (the UI shows it); its model
+		// history is not, so the next question starts from a clean state.
+		turn, _ := json.Marshal(api.ChatTurn{Question: question, Images: []api.ChatImage{}, Steps: []api.ChatStep{}, Error: err.Error(), CreatedAt: now})
+		if aerr := s.store.AppendTurn(context.WithoutCancel(ctx), &store.Turn{ConversationID: c.ID, Turn: turn, Messages: json.RawMessage("[]"), CreatedAt: now}); aerr != nil {
+			s.log.Warn("record failed chat turn", "conversation", c.ID, "err", aerr)
+		}
+		return nil, err
+	}
+	images, steps := res.Images, res.Steps
+	if images == nil {
+		images = []api.ChatImage{}
+	}
+	if steps == nil {
+		steps = []api.ChatStep{}
+	}
+	turn, err := json.Marshal(api.ChatTurn{Question: question, Answer: res.Answer, Images: images, Steps: steps, CreatedAt: now})
+	if err != nil {
+		return nil, err
+	}
+	msgs, err := json.Marshal(res.Messages)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.store.AppendTurn(context.WithoutCancel(ctx), &store.Turn{ConversationID: c.ID, Turn: turn, Messages: msgs, CreatedAt: now}); err != nil {
+		return nil, err
+	}
+	return &api.ChatResponse{Answer: res.Answer, Images: images, Steps: steps, ConversationID: c.ID,
+		Sandbox: sandboxID, Rounds: res.Rounds, Truncated: res.Truncated}, nil
+}
+
+// titleOf makes a conversation title from its first question.
+func titleOf(q string) string {
+	q = strings.Join(strings.Fields(q), " ")
+	if len(q) <= 60 {
+		return q
+	}
+	cut := q[:60]
+	for !utf8.ValidString(cut) {
+		cut = cut[:len(cut)-1]
+	}
+	return cut + "…"
+}
+
+// place copies an upload into the sandbox's /workspace.
+func (s *Service) place(ctx context.Context, sandboxID string, u *store.Upload) error {
+	f, err := os.Open(filepath.Join(s.cfg.UploadsDir, u.ID+".csv"))
+	if err != nil {
+		return fmt.Errorf("upload %s: %w", u.ID, err)
+	}
+	defer f.Close()
+	if _, err := s.mgr.WriteFile(ctx, sandboxID, "/workspace/"+u.Name, 0o644, f); err != nil {
+		return fmt.Errorf("copy %s into the sandbox: %w", u.Name, err)
+	}
+	return nil
+}
+
+// context returns the conversation's model history and its files for the
+// prompt. With a replaced sandbox the history is dropped (the variables it
+// refers to are gone) and the files are copied in again.
+func (s *Service) context(ctx context.Context, convID string, replaced bool) ([]chat.Message, []chat.File, error) {
+	var history []chat.Message
+	if !replaced {
+		turns, err := s.store.ListTurns(ctx, convID)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, t := range turns {
+			var msgs []chat.Message
+			if err := json.Unmarshal(t.Messages, &msgs); err != nil {
+				return nil, nil, fmt.Errorf("conversation %s turn %d: %w", convID, t.Seq, err)
+			}
+			history = append(history, msgs...)
+		}
+	}
+	ups, err := s.store.ListUploads(ctx, convID)
+	if err != nil {
+		return nil, nil, err
+	}
+	var files []chat.File
+	for _, u := range ups {
+		files = append(files, chat.File{Path: "/workspace/" + u.Name, Size: u.SizeBytes,
+			Preview: fmt.Sprintf("columns: %s; %d rows", strings.Join(u.Columns, ", "), u.Rows)})
+	}
+	return history, files, nil
+}
