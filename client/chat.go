@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"mime/multipart"
 	"net/http"
 	"net/textproto"
@@ -75,58 +74,34 @@ func (c *Client) ChatStream(ctx context.Context, req api.ChatRequest, onEvent fu
 		return nil, err
 	}
 	hreq.Header.Set("Content-Type", "application/json")
-	hreq.Header.Set("Accept", "text/event-stream")
-	resp, err := c.send(hreq)
+	var res api.ChatResponse
+	err = c.followStream(ctx, hreq, "chat", func(body io.Reader) error { return decodeJSON(body, &res) },
+		func(ev sseEvent) error {
+			switch ev.name {
+			case api.ChatEventError:
+				return failureError(ev.data)
+			case api.ChatEventDone:
+				if err := decodeEvent(ev, &res); err != nil {
+					return err
+				}
+				return errStreamDone
+			}
+			var ce api.ChatEvent
+			if err := decodeEvent(ev, &ce); err != nil {
+				return err
+			}
+			if ce.Type == "" {
+				ce.Type = ev.name
+			}
+			if onEvent != nil {
+				onEvent(ce)
+			}
+			return nil
+		})
 	if err != nil {
 		return nil, err
 	}
-	defer resp.Body.Close()
-
-	// A daemon (or a proxy) that ignores Accept answers with the response.
-	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "text/event-stream" {
-		var res api.ChatResponse
-		if err := decodeJSON(resp.Body, &res); err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			return nil, fmt.Errorf("decoding chat answer: %w", err)
-		}
-		return &res, nil
-	}
-
-	events := newSSEReader(resp.Body)
-	for {
-		ev, err := events.Next()
-		if errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("chat stream ended before the answer was done: %w", io.ErrUnexpectedEOF)
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			return nil, fmt.Errorf("reading chat stream: %w", err)
-		}
-		switch ev.name {
-		case api.ChatEventError:
-			return nil, failureError(ev.data)
-		case api.ChatEventDone:
-			var res api.ChatResponse
-			if err := json.Unmarshal(ev.data, &res); err != nil {
-				return nil, fmt.Errorf("decoding done event: %w", err)
-			}
-			return &res, nil
-		}
-		var ce api.ChatEvent
-		if err := json.Unmarshal(ev.data, &ce); err != nil {
-			return nil, fmt.Errorf("decoding %s event: %w", ev.name, err)
-		}
-		if ce.Type == "" {
-			ce.Type = ev.name
-		}
-		if onEvent != nil {
-			onEvent(ce)
-		}
-	}
+	return &res, nil
 }
 
 // CreateConversation starts a conversation and its sandbox before any
@@ -217,6 +192,10 @@ func (c *Client) UploadFile(ctx context.Context, name string, r io.Reader, conve
 	// under way may still finish, but nothing more is read. Its error, when
 	// r itself failed, says better than the transport what went wrong.
 	pr.CloseWithError(errAnswered)
+	if err != nil && ctx.Err() != nil {
+		// Cancelled: the transport may report the closed pipe instead.
+		return nil, ctx.Err()
+	}
 	if err != nil {
 		select {
 		case wErr := <-werr:

@@ -4,10 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"io"
-	"mime"
 	"net/http"
 	"net/url"
 
@@ -66,45 +63,22 @@ func (c *Client) RunCodeStream(ctx context.Context, sandbox string, req api.RunC
 		return nil, err
 	}
 	hreq.Header.Set("Content-Type", "application/json")
-	hreq.Header.Set("Accept", "text/event-stream")
-	resp, err := c.send(hreq)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-
+	var exec api.Execution
 	// A daemon (or a proxy) that ignores Accept answers with the execution
 	// as JSON; replay it to the handlers. The order of stdout against stderr
 	// and results is lost then.
-	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "text/event-stream" {
-		var exec api.Execution
-		if err := json.NewDecoder(resp.Body).Decode(&exec); err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			return nil, fmt.Errorf("decoding code answer: %w", err)
+	err = c.followStream(ctx, hreq, "code", func(body io.Reader) error {
+		if err := json.NewDecoder(body).Decode(&exec); err != nil {
+			return err
 		}
 		h.replay(&exec)
-		return &exec, nil
-	}
-
-	events := newSSEReader(resp.Body)
-	for {
-		ev, err := events.Next()
-		if errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("code stream ended before the cell's end: %w", io.ErrUnexpectedEOF)
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			return nil, fmt.Errorf("reading code stream: %w", err)
-		}
+		return nil
+	}, func(ev sseEvent) error {
 		switch ev.name {
 		case api.EventStdout, api.EventStderr:
 			var chunk api.OutputChunk
-			if err := json.Unmarshal(ev.data, &chunk); err != nil {
-				return nil, fmt.Errorf("decoding %s event: %w", ev.name, err)
+			if err := decodeEvent(ev, &chunk); err != nil {
+				return err
 			}
 			fn := h.OnStdout
 			if ev.name == api.EventStderr {
@@ -115,31 +89,35 @@ func (c *Client) RunCodeStream(ctx context.Context, sandbox string, req api.RunC
 			}
 		case api.EventResult:
 			var r map[string]any
-			if err := json.Unmarshal(ev.data, &r); err != nil {
-				return nil, fmt.Errorf("decoding result event: %w", err)
+			if err := decodeEvent(ev, &r); err != nil {
+				return err
 			}
 			if h.OnResult != nil && r != nil {
 				h.OnResult(r)
 			}
 		case api.EventError:
 			var e api.ExecutionError
-			if err := json.Unmarshal(ev.data, &e); err != nil {
-				return nil, fmt.Errorf("decoding error event: %w", err)
+			if err := decodeEvent(ev, &e); err != nil {
+				return err
 			}
 			if h.OnError != nil {
 				h.OnError(e)
 			}
 		case api.EventDone:
-			var exec api.Execution
-			if err := json.Unmarshal(ev.data, &exec); err != nil {
-				return nil, fmt.Errorf("decoding done event: %w", err)
+			if err := decodeEvent(ev, &exec); err != nil {
+				return err
 			}
-			return &exec, nil
+			return errStreamDone
 		case eventFailure:
-			return nil, failureError(ev.data)
+			return failureError(ev.data)
 		}
 		// Other events are from a newer daemon; skip them.
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
+	return &exec, nil
 }
 
 // replay hands a complete execution to the handlers: stdout, stderr, the

@@ -4,10 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"io"
-	"mime"
 	"net/http"
 
 	"github.com/forkbox/forkbox/api"
@@ -41,49 +38,28 @@ func (c *Client) ExecStream(ctx context.Context, sandbox string, req api.ExecReq
 		return nil, err
 	}
 	hreq.Header.Set("Content-Type", "application/json")
-	hreq.Header.Set("Accept", "text/event-stream")
-	resp, err := c.send(hreq)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-
 	emit := func(fn func([]byte), data []byte) {
 		if fn != nil && len(data) > 0 {
 			fn(data)
 		}
 	}
-
+	var res api.ExecResult
 	// A daemon (or a proxy) that ignores Accept answers with one JSON
 	// result; deliver it the same way.
-	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "text/event-stream" {
-		var res api.ExecResult
-		if err := json.NewDecoder(resp.Body).Decode(&res); err != nil {
-			return nil, fmt.Errorf("decoding exec answer: %w", err)
+	err = c.followStream(ctx, hreq, "exec", func(body io.Reader) error {
+		if err := json.NewDecoder(body).Decode(&res); err != nil {
+			return err
 		}
 		emit(onStdout, []byte(res.Stdout))
 		emit(onStderr, []byte(res.Stderr))
 		res.Stdout, res.Stderr = "", ""
-		return &res, nil
-	}
-
-	events := newSSEReader(resp.Body)
-	for {
-		ev, err := events.Next()
-		if errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("exec stream ended before the command's exit: %w", io.ErrUnexpectedEOF)
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			return nil, fmt.Errorf("reading exec stream: %w", err)
-		}
+		return nil
+	}, func(ev sseEvent) error {
 		switch ev.name {
 		case api.EventStdout, api.EventStderr:
 			var chunk api.OutputChunk
-			if err := json.Unmarshal(ev.data, &chunk); err != nil {
-				return nil, fmt.Errorf("decoding %s event: %w", ev.name, err)
+			if err := decodeEvent(ev, &chunk); err != nil {
+				return err
 			}
 			if ev.name == api.EventStdout {
 				emit(onStdout, []byte(chunk.Data))
@@ -91,19 +67,23 @@ func (c *Client) ExecStream(ctx context.Context, sandbox string, req api.ExecReq
 				emit(onStderr, []byte(chunk.Data))
 			}
 		case api.EventExit:
-			var res api.ExecResult
-			if err := json.Unmarshal(ev.data, &res); err != nil {
-				return nil, fmt.Errorf("decoding exit event: %w", err)
+			if err := decodeEvent(ev, &res); err != nil {
+				return err
 			}
-			return &res, nil
+			return errStreamDone
 		case api.EventError:
 			var eb api.ErrorBody
 			if err := json.Unmarshal(ev.data, &eb); err != nil || eb.Code == "" {
-				return nil, &APIError{Status: http.StatusInternalServerError, Code: "internal", Message: string(ev.data)}
+				return &APIError{Status: http.StatusInternalServerError, Code: "internal", Message: string(ev.data)}
 			}
 			status, _ := errdefs.HTTPStatus(errdefs.FromCode(eb.Code))
-			return nil, &APIError{Status: status, Code: eb.Code, Message: eb.Message}
+			return &APIError{Status: status, Code: eb.Code, Message: eb.Message}
 		}
 		// Other events are from a newer daemon; skip them.
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
+	return &res, nil
 }

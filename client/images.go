@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"mime"
 	"mime/multipart"
 	"net/http"
 	"net/textproto"
@@ -192,43 +191,17 @@ func (c *Client) ImportImage(ctx context.Context, name string, archive io.Reader
 // buildStream sends a build or import request asking for an event stream and
 // follows the stream to its done or error event.
 func (c *Client) buildStream(ctx context.Context, req *http.Request, onEvent func(api.BuildEvent)) (*api.Image, error) {
-	req.Header.Set("Accept", "text/event-stream")
-	resp, err := c.send(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-
-	// A daemon (or a proxy) that ignores Accept answers with the image.
-	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "text/event-stream" {
-		var img api.Image
-		if err := decodeJSON(resp.Body, &img); err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			return nil, fmt.Errorf("decoding image answer: %w", err)
-		}
-		return &img, nil
-	}
-
-	events := newSSEReader(resp.Body)
-	for {
-		ev, err := events.Next()
-		if errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("build stream ended before the image was done: %w", io.ErrUnexpectedEOF)
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			return nil, fmt.Errorf("reading build stream: %w", err)
-		}
+	var img *api.Image
+	err := c.followStream(ctx, req, "build", func(body io.Reader) error {
+		img = new(api.Image)
+		return decodeJSON(body, img)
+	}, func(ev sseEvent) error {
 		if ev.name == api.BuildEventError {
-			return nil, failureError(ev.data)
+			return failureError(ev.data)
 		}
 		var be api.BuildEvent
-		if err := json.Unmarshal(ev.data, &be); err != nil {
-			return nil, fmt.Errorf("decoding %s event: %w", ev.name, err)
+		if err := decodeEvent(ev, &be); err != nil {
+			return err
 		}
 		if be.Type == "" {
 			be.Type = ev.name
@@ -238,12 +211,18 @@ func (c *Client) buildStream(ctx context.Context, req *http.Request, onEvent fun
 		}
 		if ev.name == api.BuildEventDone {
 			if be.Image == nil {
-				return nil, fmt.Errorf("done event without an image")
+				return fmt.Errorf("done event without an image")
 			}
-			return be.Image, nil
+			img = be.Image
+			return errStreamDone
 		}
 		// step, log, and kinds of event from a newer daemon went to onEvent.
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
+	return img, nil
 }
 
 // ListImages returns every image, by name.
