@@ -5,7 +5,9 @@
 # "python" image is built from images/python.yaml by `forkbox prepare`, which
 # make run and make test call after this script.) It is idempotent and fast when everything is
 # already installed: it asks dpkg first and only runs apt when something is
-# missing. Last it installs CRIU (scripts/build-criu.sh, a no-op once built).
+# missing. Last it installs CRIU (scripts/build-criu.sh, a no-op once built)
+# and the browser tests' npm packages (npm ci in test/browser, skipped while
+# package-lock.json is unchanged).
 # Run it as root on Debian 12 or newer (make setup does).
 set -euo pipefail
 
@@ -43,6 +45,11 @@ PACKAGES=(
 	make
 	gcc
 	libc6-dev
+	# Browser tests of the web UI (test/browser): Playwright drives Debian's
+	# Chromium headless; Node runs them (Debian's nodejs, or NodeSource's,
+	# which has the same package name and brings npm along).
+	chromium
+	nodejs
 )
 
 log() { printf 'setup: %s\n' "$*"; }
@@ -52,6 +59,40 @@ log() { printf 'setup: %s\n' "$*"; }
 # /opt/forkbox/criu (a few minutes once; fast when it is already there).
 # It runs after the apt packages, whichever way this script ends.
 install_criu() { "$(dirname "${BASH_SOURCE[0]}")/build-criu.sh"; }
+
+# The browser tests' packages (playwright-core, pinned in
+# test/browser/package-lock.json): npm ci when node_modules is missing or the
+# lock file changed since the last install (a stamp in node_modules records
+# its hash), else nothing.
+install_browser_deps() {
+	local dir stamp sum
+	dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/test/browser"
+	[[ -f $dir/package-lock.json ]] || return 0
+	stamp=$dir/node_modules/.forkbox-setup-lock.sha256
+	sum=$(sha256sum "$dir/package-lock.json" | cut -d' ' -f1)
+	if [[ -f $stamp && $(<"$stamp") == "$sum" ]]; then
+		log "browser test packages up to date"
+		return 0
+	fi
+	if ! command -v npm >/dev/null; then
+		# Debian's nodejs comes without npm (NodeSource's includes it).
+		log "installing npm"
+		apt-get install -y -q --no-install-recommends npm
+	fi
+	if [[ $(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0) -lt 20 ]]; then
+		log "warning: the browser tests need Node.js 20 or newer (playwright-core); found $(node --version 2>/dev/null || echo none)" >&2
+	fi
+	log "running npm ci in test/browser"
+	(cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+	echo "$sum" >"$stamp"
+}
+
+# finish installs what is not a Debian package, whichever way the apt part
+# ended.
+finish() {
+	install_criu
+	install_browser_deps
+}
 
 if [[ $(id -u) -ne 0 ]]; then
 	log "must run as root (try: sudo $0)" >&2
@@ -75,7 +116,7 @@ done
 
 if [[ ${#missing[@]} -eq 0 ]]; then
 	log "all ${#PACKAGES[@]} packages already installed"
-	install_criu
+	finish
 	exit 0
 fi
 
@@ -97,4 +138,4 @@ if ! /usr/bin/python3 -c "$imports"; then
 	exit 1
 fi
 log "ok: /usr/bin/python3 can run: $imports"
-install_criu
+finish

@@ -43,6 +43,7 @@ func serveCmd() *cobra.Command {
 				auth = "API key required"
 			}
 			fmt.Fprintf(os.Stderr, "forkbox daemon listening on http://%s (%s), data in %s\n", d.Addr(), auth, cfg.DataDir)
+			fmt.Fprintf(os.Stderr, "web UI: http://%s/\n", d.Addr())
 			return d.Serve(ctx)
 		},
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/forkbox/forkbox/internal/analyst"
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/sandbox"
+	"github.com/forkbox/forkbox/web"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -128,6 +129,10 @@ func (s *Server) routes() {
 	h("DELETE /v1/sandboxes/{sandbox}/contexts/{id}", s.contextAction(sandbox.ContextDelete))
 	h("POST /v1/sandboxes/{sandbox}/contexts/{id}/interrupt", s.contextAction(sandbox.ContextInterrupt))
 	h("POST /v1/sandboxes/{sandbox}/contexts/{id}/restart", s.contextAction(sandbox.ContextRestart))
+	// The web UI: index.html at /, its files under /ui/.
+	ui := web.Handler()
+	s.mux.Handle("GET /{$}", ui)
+	s.mux.Handle("GET /ui/", ui)
 	h("/", func(w http.ResponseWriter, r *http.Request) error {
 		return errdefs.NotFound("no route for %s %s", r.Method, r.URL.Path)
 	})
@@ -136,7 +141,9 @@ func (s *Server) routes() {
 // Handler returns the API with authentication in front.
 func (s *Server) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.cfg.APIKey != "" && r.URL.Path != "/healthz" {
+		// The UI's files are public (they hold no secret; the page asks for
+		// the key), everything else needs the key.
+		if s.cfg.APIKey != "" && r.URL.Path != "/healthz" && !web.Public(r) {
 			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.APIKey)) != 1 {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="forkbox"`)

@@ -45,7 +45,7 @@ const (
 		"df['profit'] = df['revenue'] - df['cost']\nby_region = df.groupby('region')['profit'].sum().round(2)\n" +
 		"for region, p in by_region.items():\n    print(f'{region} {p:.2f}')"
 	plotCode = "import matplotlib.pyplot as plt\ndf['date'] = pd.to_datetime(df['date'])\n" +
-		"monthly = df.set_index('date')['revenue'].resample('MS').sum()\n" +
+		"monthly = df.set_index('date')['revenue'].resample('MS').sum()\nmonthly.index = monthly.index.strftime('%Y-%m')\n" +
 		"fig, ax = plt.subplots()\nmonthly.plot(kind='bar', ax=ax, title='Monthly revenue')\nplt.tight_layout()\nplt.show()"
 	bestCode  = "print('best', by_region.idxmax())"
 	countCode = "print('rows', len(df))"

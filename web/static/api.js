@@ -1,0 +1,166 @@
+// The daemon's HTTP API as the UI uses it: JSON calls, multipart upload and
+// Server-Sent Events over fetch (EventSource cannot POST).
+
+const KEY_STORAGE = 'forkbox.apiKey';
+
+let apiKey = '';
+try { apiKey = localStorage.getItem(KEY_STORAGE) || ''; } catch { /* storage may be off */ }
+
+export function getApiKey() { return apiKey; }
+
+export function setApiKey(key) {
+  apiKey = key || '';
+  try {
+    if (apiKey) localStorage.setItem(KEY_STORAGE, apiKey);
+    else localStorage.removeItem(KEY_STORAGE);
+  } catch { /* ignore */ }
+}
+
+/** ApiError is a refused or failed call: HTTP status, error code, message. */
+export class ApiError extends Error {
+  constructor(status, code, message) {
+    super(message || `HTTP ${status}`);
+    this.name = 'ApiError';
+    this.status = status;
+    this.code = code || '';
+  }
+}
+
+function headers(extra = {}) {
+  const h = { ...extra };
+  if (apiKey) h.Authorization = `Bearer ${apiKey}`;
+  return h;
+}
+
+async function errorFrom(res) {
+  let code = '';
+  let message = `${res.status} ${res.statusText}`.trim();
+  const text = await res.text().catch(() => '');
+  if (text) {
+    try {
+      const body = JSON.parse(text);
+      const e = body && body.error;
+      if (e && typeof e === 'object') {
+        code = e.code || '';
+        message = e.message || message;
+      } else if (typeof e === 'string') {
+        message = e;
+      } else if (body && body.message) {
+        message = body.message;
+      }
+    } catch {
+      message = text.trim().slice(0, 500) || message;
+    }
+  }
+  return new ApiError(res.status, code, message);
+}
+
+async function send(method, path, init) {
+  let res;
+  try {
+    res = await fetch(path, { method, ...init });
+  } catch (err) {
+    if (err && err.name === 'AbortError') throw err;
+    throw new ApiError(0, 'unreachable', `Cannot reach the forkbox daemon (${err && err.message ? err.message : err}).`);
+  }
+  if (!res.ok) throw await errorFrom(res);
+  return res;
+}
+
+/** request calls a JSON endpoint and returns the decoded body (null for 204). */
+export async function request(method, path, body, { signal } = {}) {
+  const init = { headers: headers({ Accept: 'application/json' }), signal };
+  if (body !== undefined) {
+    init.headers['Content-Type'] = 'application/json';
+    init.body = JSON.stringify(body);
+  }
+  const res = await send(method, path, init);
+  if (res.status === 204) return null;
+  const text = await res.text();
+  return text ? JSON.parse(text) : null;
+}
+
+/** upload posts one file as multipart part "file" to POST /v1/files. */
+export async function upload(file, conversationId) {
+  const form = new FormData();
+  form.append('file', file, file.name);
+  if (conversationId) form.append('conversation_id', conversationId);
+  const res = await send('POST', '/v1/files', { headers: headers({ Accept: 'application/json' }), body: form });
+  return res.json();
+}
+
+/**
+ * stream POSTs body as JSON asking for text/event-stream and calls
+ * onEvent(name, data) for each event as it arrives (data decoded from JSON
+ * when it is JSON). A refused call throws ApiError before any event; a
+ * server that answers with JSON instead of a stream has it passed as one
+ * event named "json".
+ */
+export async function stream(path, body, onEvent, { signal } = {}) {
+  const res = await send('POST', path, {
+    headers: headers({ 'Content-Type': 'application/json', Accept: 'text/event-stream' }),
+    body: JSON.stringify(body),
+    signal,
+  });
+  const type = res.headers.get('Content-Type') || '';
+  if (!type.includes('text/event-stream')) {
+    const text = await res.text();
+    onEvent('json', text ? JSON.parse(text) : null);
+    return;
+  }
+  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buf = '';
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buf += value;
+    // Events are separated by a blank line (LF or CRLF).
+    for (;;) {
+      const m = /\r?\n\r?\n/.exec(buf);
+      if (!m) break;
+      const block = buf.slice(0, m.index);
+      buf = buf.slice(m.index + m[0].length);
+      dispatch(block, onEvent);
+    }
+  }
+  if (buf.trim()) dispatch(buf, onEvent);
+}
+
+function dispatch(block, onEvent) {
+  let name = 'message';
+  const data = [];
+  for (const line of block.split(/\r?\n/)) {
+    if (!line || line.startsWith(':')) continue;
+    const i = line.indexOf(':');
+    const field = i < 0 ? line : line.slice(0, i);
+    let value = i < 0 ? '' : line.slice(i + 1);
+    if (value.startsWith(' ')) value = value.slice(1);
+    if (field === 'event') name = value;
+    else if (field === 'data') data.push(value);
+  }
+  if (!data.length && name === 'message') return;
+  const raw = data.join('\n');
+  let parsed = raw;
+  try { parsed = raw ? JSON.parse(raw) : null; } catch { /* plain text data */ }
+  onEvent(name, parsed);
+}
+
+// The endpoints the UI calls.
+const enc = encodeURIComponent;
+export const api = {
+  listConversations: () => request('GET', '/v1/conversations'),
+  createConversation: (title) => request('POST', '/v1/conversations', title ? { title } : {}),
+  getConversation: (id) => request('GET', `/v1/conversations/${enc(id)}`),
+  deleteConversation: (id) => request('DELETE', `/v1/conversations/${enc(id)}`),
+  getSandbox: (id, opts) => request('GET', `/v1/sandboxes/${enc(id)}`, undefined, opts),
+  listSandboxes: () => request('GET', '/v1/sandboxes'),
+  listSnapshots: () => request('GET', '/v1/snapshots'),
+  suspend: (id) => request('POST', `/v1/sandboxes/${enc(id)}/suspend`),
+  resume: (id) => request('POST', `/v1/sandboxes/${enc(id)}/resume`),
+  checkpoint: (id, type = 'memory') => request('POST', `/v1/sandboxes/${enc(id)}/checkpoint`, { type }),
+  fork: (id, count = 2) => request('POST', `/v1/sandboxes/${enc(id)}/fork`, { count }),
+  terminate: (id) => request('DELETE', `/v1/sandboxes/${enc(id)}`),
+  upload,
+  chat: (body, onEvent, opts) => stream('/v1/chat', body, onEvent, opts),
+  runCode: (id, code, onEvent, opts) => stream(`/v1/sandboxes/${enc(id)}/code`, { code }, onEvent, opts),
+};
