@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/forkbox/forkbox/api"
@@ -68,8 +70,24 @@ func Prepare(ctx context.Context, cfg Config, emit func(api.BuildEvent)) (*image
 	if err != nil {
 		return nil, fmt.Errorf("network: %w", err)
 	}
+	// Build sandboxes of prepare live in a directory of their own, not in
+	// the daemon's sandboxes dir, whose reconcile removes what it does not
+	// know. One prepare at a time (flock); it removes what an interrupted
+	// one left.
+	dir := filepath.Join(cfg.DataDir, "prepare")
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return nil, err
+	}
+	lock, err := os.OpenFile(filepath.Join(cfg.DataDir, "prepare.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return nil, fmt.Errorf("prepare lock: %w", err)
+	}
 	rt, err := runtime.New(runtime.Config{
-		Dir:      filepath.Join(cfg.DataDir, "sandboxes"),
+		Dir:      dir,
 		CacheDir: filepath.Join(cfg.DataDir, "cache"),
 		Binary:   cfg.Binary,
 		Net:      nm,
@@ -77,6 +95,13 @@ func Prepare(ctx context.Context, cfg Config, emit func(api.BuildEvent)) (*image
 	})
 	if err != nil {
 		return nil, err
+	}
+	if left, err := rt.SandboxDirs(); err == nil {
+		for _, id := range left {
+			if err := rt.Destroy(ctx, id, &runtime.Info{}); err != nil {
+				log.Warn("remove a build sandbox an interrupted prepare left", "sandbox", id, "err", err)
+			}
+		}
 	}
 	defer func() {
 		rt.Close()
