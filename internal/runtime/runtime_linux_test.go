@@ -130,7 +130,7 @@ func TestCreateFailureUnwinds(t *testing.T) {
 	}
 	// A failure before any process exists unwinds too.
 	missing := *img
-	missing.RootFS = "/nonexistent-rootfs"
+	missing.LowerDirs = []string{"/nonexistent-rootfs"}
 	id2 := id + "b"
 	if _, err := rt.Create(ctx, spec(id2, &missing)); err == nil {
 		t.Fatal("create with a missing rootfs succeeded")
@@ -180,5 +180,25 @@ func TestMergeEnvOverrides(t *testing.T) {
 	got := agent.MergeEnv([]string{"A=1", "B=2"}, []string{"B=3", "C=4"})
 	if strings.Join(got, ",") != "A=1,B=3,C=4" {
 		t.Fatalf("MergeEnv = %v", got)
+	}
+}
+
+func TestOverlayOptions(t *testing.T) {
+	opts, err := overlayOptions([]string{"/l/top", "/l/bottom"}, "/d/disk")
+	if err != nil || opts != "lowerdir=/l/top:/l/bottom,upperdir=/d/disk/upper,workdir=/d/disk/work" {
+		t.Fatalf("%q %v", opts, err)
+	}
+	if _, err := overlayOptions(nil, "/d"); err == nil {
+		t.Fatal("no lower dirs accepted")
+	}
+	if _, err := overlayOptions([]string{"/l/a:b"}, "/d"); err == nil || !strings.Contains(err.Error(), "':'") {
+		t.Fatalf("colon in a lower dir: %v", err)
+	}
+	many := make([]string, 80)
+	for i := range many {
+		many[i] = "/var/lib/forkbox/images/.layers/" + strings.Repeat("ab", 32) + "/fs"
+	}
+	if _, err := overlayOptions(many, "/d"); err == nil || !strings.Contains(err.Error(), "too many layers") {
+		t.Fatalf("80 layers: %v", err)
 	}
 }
