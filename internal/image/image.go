@@ -121,6 +121,8 @@ type Store struct {
 	// mu serializes builds; reads need no lock because images are
 	// replaced by rename.
 	mu sync.Mutex
+	// gcGrace keeps unreferenced layers this long (defaultGCGrace).
+	gcGrace time.Duration
 }
 
 // Open returns the store at dir, creating the directory if needed and
@@ -144,7 +146,7 @@ func Open(dir string) (*Store, error) {
 			}
 		}
 	}
-	return &Store{dir: abs}, nil
+	return &Store{dir: abs, gcGrace: defaultGCGrace}, nil
 }
 
 // Dir returns the store's absolute directory.

@@ -130,3 +130,33 @@ func TestCheckPythonSaysHowToFix(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+// TestGCKeepsYoungLayers: a layer no image names yet (a build in progress,
+// maybe in another daemon sharing the store) survives gc for the grace time.
+func TestGCKeepsYoungLayers(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	young := &Layer{ID: ChainID("", "young")}
+	if err := s.CommitLayer(ctx, young, func(string) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	unlock, err := s.lock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.gcLocked(ctx)
+	unlock()
+	if err != nil || !s.HasLayer(young.ID) {
+		t.Fatalf("gc removed a young layer: %v", err)
+	}
+	s.gcGrace = 0
+	unlock, _ = s.lock()
+	err = s.gcLocked(ctx)
+	unlock()
+	if err != nil || s.HasLayer(young.ID) {
+		t.Fatalf("gc kept an unreferenced layer past its grace: %v", err)
+	}
+}

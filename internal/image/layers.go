@@ -270,9 +270,14 @@ func (s *Store) Remove(ctx context.Context, name string, inUse func(img *Image) 
 	return s.gcLocked(ctx)
 }
 
-// gcLocked removes the layers that no image names. The caller holds the
-// store's lock. Layers committed by a build that has not registered its image
-// yet may go too; that build's Register then fails and says to build again.
+// defaultGCGrace is how long an unreferenced layer is kept: a build commits
+// its layers one by one and registers its image only at the end, and
+// meanwhile those layers are the lower dirs of its next build sandboxes —
+// possibly in another daemon sharing the store.
+const defaultGCGrace = time.Hour
+
+// gcLocked removes the layers that no image names and that are older than
+// s.gcGrace. The caller holds the store's lock.
 func (s *Store) gcLocked(ctx context.Context) error {
 	imgs, err := s.List(ctx)
 	if err != nil {
@@ -294,6 +299,9 @@ func (s *Store) gcLocked(ctx context.Context) error {
 	}
 	for _, e := range entries {
 		if !validLayerID(e.Name()) || used[e.Name()] {
+			continue
+		}
+		if fi, err := os.Stat(filepath.Join(root, e.Name(), "layer.json")); err == nil && time.Since(fi.ModTime()) < s.gcGrace {
 			continue
 		}
 		// Rename away first: a half-deleted layer must never look committed.

@@ -231,6 +231,7 @@ func openStore(t *testing.T) *Store {
 	if err != nil {
 		t.Fatal(err)
 	}
+	s.gcGrace = 0 // these tests check what gc removes at once
 	return s
 }
 
