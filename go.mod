@@ -4,7 +4,9 @@ go 1.26.8
 
 require (
 	github.com/go-zeromq/zmq4 v0.17.0
+	github.com/google/jsonschema-go v0.4.3
 	github.com/google/nftables v0.3.0
+	github.com/modelcontextprotocol/go-sdk v1.8.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/spf13/cobra v1.10.2
 	github.com/vishvananda/netlink v1.3.1
@@ -12,6 +14,14 @@ require (
 	golang.org/x/sys v0.50.0
 	modernc.org/sqlite v1.62.0
 	sigs.k8s.io/yaml v1.6.0
+)
+
+require (
+	github.com/segmentio/asm v1.1.3 // indirect
+	github.com/segmentio/encoding v0.5.4 // indirect
+	github.com/yosida95/uritemplate/v3 v3.0.2 // indirect
+	golang.org/x/oauth2 v0.37.0 // indirect
+	golang.org/x/time v0.15.0 // indirect
 )
 
 require (

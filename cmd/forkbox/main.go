@@ -22,6 +22,7 @@ func main() {
 	root.AddCommand(serveCmd(), prepareCmd())
 	root.AddCommand(internalCmds()...)
 	root.AddCommand(clientCmds()...)
+	root.AddCommand(mcpCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "forkbox:", err)
 		os.Exit(exitCode(err))

@@ -21,6 +21,7 @@ import (
 	"github.com/forkbox/forkbox/api"
 	"github.com/forkbox/forkbox/internal/analyst"
 	"github.com/forkbox/forkbox/internal/errdefs"
+	"github.com/forkbox/forkbox/internal/mcpserver"
 	"github.com/forkbox/forkbox/internal/sandbox"
 	"github.com/forkbox/forkbox/web"
 	"github.com/prometheus/client_golang/prometheus"
@@ -129,6 +130,7 @@ func (s *Server) routes() {
 	h("DELETE /v1/sandboxes/{sandbox}/contexts/{id}", s.contextAction(sandbox.ContextDelete))
 	h("POST /v1/sandboxes/{sandbox}/contexts/{id}/interrupt", s.contextAction(sandbox.ContextInterrupt))
 	h("POST /v1/sandboxes/{sandbox}/contexts/{id}/restart", s.contextAction(sandbox.ContextRestart))
+	s.mux.Handle("/mcp", mcpserver.Handler(s.mux)) // MCP over streamable HTTP; its tools call this mux in-process
 	// The web UI: index.html at /, its files under /ui/.
 	ui := web.Handler()
 	s.mux.Handle("GET /{$}", ui)
