@@ -174,7 +174,7 @@ func (c *Client) newRequest(ctx context.Context, method, path string, q url.Valu
 	if c.apiKey != "" {
 		req.Header.Set("Authorization", "Bearer "+c.apiKey)
 	}
-	req.Header.Set("User-Agent", "forkbox-go-client")
+	req.Header.Set("User-Agent", "forkbox-go-client/"+Version)
 	return req, nil
 }
 

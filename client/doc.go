@@ -1,6 +1,13 @@
 // Package client is the Go SDK for the forkbox daemon's HTTP API (v1). The
 // forkbox CLI is built on it, so everything the CLI does a program can do too.
 //
+// Install it with `go get github.com/forkbox/forkbox/client` (the wire types
+// are in github.com/forkbox/forkbox/api). Version is the SDK's version: it
+// follows semantic versioning against the v1 API — a minor version adds
+// methods or fields, nothing is removed or changed before a v2 API — and is
+// sent in the User-Agent. The Python and TypeScript SDKs (sdk/python,
+// sdk/js) have the same surface.
+//
 // A Client is safe for concurrent use and holds no per-call state: create one
 // per daemon and share it. Every method takes a context; cancelling it aborts
 // the HTTP request, including a streaming exec or a large file transfer.
