@@ -251,7 +251,11 @@ func (b *Builder) step(ctx context.Context, st *state, n, total int, step api.Re
 		if err != nil {
 			return fail("%v", err)
 		}
+		// A trailing "/" means "into this directory" and must survive Clean.
 		dest := path.Clean(step.Copy.Dest)
+		if strings.HasSuffix(step.Copy.Dest, "/") && dest != "/" {
+			dest += "/"
+		}
 		id := image.ChainID(st.chain, "copy:"+digest+":"+dest)
 		ev.Detail = step.Copy.Src + " → " + dest
 		if err := b.layer(ctx, st, id, "copy: "+ev.Detail, ev, emit, func(dir string) error {

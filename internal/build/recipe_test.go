@@ -1,6 +1,7 @@
 package build
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -123,5 +124,31 @@ func TestValidateAPIRecipe(t *testing.T) {
 	r := &api.Recipe{Name: "x", Base: "python", Steps: []api.RecipeStep{{}}}
 	if err := Validate(r); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Fatalf("empty step: %v", err)
+	}
+}
+
+func TestCopyInto(t *testing.T) {
+	ctx := context.Background()
+	src := t.TempDir()
+	os.WriteFile(filepath.Join(src, "tool.sh"), []byte("echo hi\n"), 0o755)
+	os.MkdirAll(filepath.Join(src, "pkg", "sub"), 0o755)
+	os.WriteFile(filepath.Join(src, "pkg", "sub", "m.py"), []byte("X = 1\n"), 0o644)
+	layer := t.TempDir()
+	// A file into a directory (trailing slash), a file to a path, a
+	// directory's contents.
+	for _, c := range []struct{ src, dest, want string }{
+		{"tool.sh", "/srv/work/", "srv/work/tool.sh"},
+		{"tool.sh", "/usr/local/bin/tool", "usr/local/bin/tool"},
+		{"pkg", "/opt/pkg", "opt/pkg/sub/m.py"},
+	} {
+		if err := copyInto(ctx, filepath.Join(src, c.src), layer, c.dest); err != nil {
+			t.Fatalf("%s → %s: %v", c.src, c.dest, err)
+		}
+		if _, err := os.Stat(filepath.Join(layer, c.want)); err != nil {
+			t.Fatalf("%s → %s: %v", c.src, c.dest, err)
+		}
+	}
+	if fi, _ := os.Stat(filepath.Join(layer, "srv/work")); fi == nil || !fi.IsDir() {
+		t.Fatal("/srv/work/ is not a directory")
 	}
 }
