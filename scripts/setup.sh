@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # setup.sh installs the Debian packages that forkbox needs on its host:
 # debootstrap for built images, the Python stack the host-derived "host"
-# image is made of, and the tools the runtime and benchmarks use. (The default
-# "python" image is built from images/python.yaml by `forkbox prepare`, which
-# make run and make test call after this script.) It is idempotent and fast when everything is
-# already installed: it asks dpkg first and only runs apt when something is
-# missing. Last it installs CRIU (scripts/build-criu.sh, a no-op once built)
-# and the browser tests' npm packages (npm ci in test/browser, skipped while
-# package-lock.json is unchanged).
+# image is made of, Chromium and Node for the browser tests, and the tools the
+# runtime and benchmarks use. (The default "python" image is built from
+# images/python.yaml by `forkbox prepare`, which make run and make test call
+# after this script.) It is idempotent and fast when everything is already
+# installed: it asks dpkg first and only runs apt when something is missing.
+# Last it installs CRIU (scripts/build-criu.sh, a no-op once built) and the
+# npm packages of the browser tests and the JS SDK (npm ci in test/browser and
+# sdk/js, skipped while their package-lock.json is unchanged).
 # Run it as root on Debian 12 or newer (make setup does).
 set -euo pipefail
 
@@ -60,18 +61,18 @@ log() { printf 'setup: %s\n' "$*"; }
 # It runs after the apt packages, whichever way this script ends.
 install_criu() { "$(dirname "${BASH_SOURCE[0]}")/build-criu.sh"; }
 
-# The browser tests' packages (playwright-core, pinned in
-# test/browser/package-lock.json): npm ci when node_modules is missing or the
+# npm packages pinned by a package-lock.json: playwright-core for the browser
+# tests (test/browser) and the TypeScript toolchain that checks the JS SDK's
+# committed dist/ (sdk/js). npm ci runs when node_modules is missing or the
 # lock file changed since the last install (a stamp in node_modules records
 # its hash), else nothing.
-install_browser_deps() {
-	local dir stamp sum
-	dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/test/browser"
+install_npm_deps() {
+	local dir=$1 stamp sum
 	[[ -f $dir/package-lock.json ]] || return 0
 	stamp=$dir/node_modules/.forkbox-setup-lock.sha256
 	sum=$(sha256sum "$dir/package-lock.json" | cut -d' ' -f1)
 	if [[ -f $stamp && $(<"$stamp") == "$sum" ]]; then
-		log "browser test packages up to date"
+		log "npm packages of ${dir##*/} up to date"
 		return 0
 	fi
 	if ! command -v npm >/dev/null; then
@@ -80,9 +81,9 @@ install_browser_deps() {
 		apt-get install -y -q --no-install-recommends npm
 	fi
 	if [[ $(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0) -lt 20 ]]; then
-		log "warning: the browser tests need Node.js 20 or newer (playwright-core); found $(node --version 2>/dev/null || echo none)" >&2
+		log "warning: the browser tests and the JS SDK need Node.js 20 or newer; found $(node --version 2>/dev/null || echo none)" >&2
 	fi
-	log "running npm ci in test/browser"
+	log "running npm ci in $dir"
 	(cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
 	echo "$sum" >"$stamp"
 }
@@ -90,8 +91,11 @@ install_browser_deps() {
 # finish installs what is not a Debian package, whichever way the apt part
 # ended.
 finish() {
+	local root
+	root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 	install_criu
-	install_browser_deps
+	install_npm_deps "$root/test/browser"
+	install_npm_deps "$root/sdk/js"
 }
 
 if [[ $(id -u) -ne 0 ]]; then

@@ -1,0 +1,90 @@
+/**
+ * ForkboxClient: the calls that are not about one sandbox (health,
+ * snapshots, warm pools), plus shortcuts to the sandbox and image calls with
+ * one connection.
+ *
+ * @module
+ */
+import { UnavailableError } from "./errors.js";
+import { Transport } from "./http.js";
+import { Image } from "./image.js";
+import { Sandbox } from "./sandbox.js";
+import { toPoolInfo, toSnapshot } from "./types.js";
+/** A connection to one forkbox daemon. */
+export class ForkboxClient {
+    transport;
+    opts;
+    /** Address and key from the options, else FORKBOX_URL and FORKBOX_API_KEY. */
+    constructor(opts = {}) {
+        this.transport = new Transport(opts);
+        this.opts = { apiUrl: this.transport.apiUrl, apiKey: this.transport.apiKey ?? "", ...(opts.fetch ? { fetch: opts.fetch } : {}) };
+    }
+    /** The daemon's address. */
+    get apiUrl() {
+        return this.transport.apiUrl;
+    }
+    /** Checks that the daemon is up; throws when it is not. */
+    async health(opts = {}) {
+        const h = await this.transport.json({ method: "GET", path: "/healthz", signal: opts.signal });
+        if (h?.status !== "ok")
+            throw new UnavailableError("unavailable", 503, `daemon is not healthy: status ${JSON.stringify(h?.status)}`);
+    }
+    /** Creates a sandbox with this client's connection. */
+    createSandbox(opts = {}) {
+        return Sandbox.create({ ...opts, ...this.opts });
+    }
+    /** Connects to a sandbox by name or id. */
+    connect(nameOrId, opts = {}) {
+        return Sandbox.connect(nameOrId, { ...opts, ...this.opts });
+    }
+    /** Lists sandboxes. */
+    listSandboxes(opts = {}) {
+        return Sandbox.list({ ...opts, ...this.opts });
+    }
+    /** Lists snapshots, newest first: every one, or those of one sandbox. */
+    async listSnapshots(opts = {}) {
+        const w = await this.transport.json({ method: "GET", path: "/v1/snapshots", query: { sandbox: opts.sandbox || undefined }, signal: opts.signal });
+        return (w.snapshots ?? []).map(toSnapshot);
+    }
+    /** Returns one snapshot by id. */
+    async getSnapshot(id, opts = {}) {
+        return toSnapshot(await this.transport.json({ method: "GET", path: snapshotPath(id), signal: opts.signal }));
+    }
+    /** Deletes a snapshot; sandboxes restored from it are not affected. */
+    async deleteSnapshot(id, opts = {}) {
+        await (await this.transport.send({ method: "DELETE", path: snapshotPath(id), signal: opts.signal })).arrayBuffer();
+    }
+    /** Creates a warm pool; Sandbox.create({pool}) takes from it. */
+    async createPool(opts) {
+        const body = { name: opts.name, size: opts.size };
+        if (opts.snapshotId)
+            body.snapshot_id = opts.snapshotId;
+        if (opts.image)
+            body.image = opts.image;
+        return toPoolInfo(await this.transport.json({ method: "POST", path: "/v1/pools", json: body, signal: opts.signal }));
+    }
+    /** Lists the warm pools. */
+    async listPools(opts = {}) {
+        const w = await this.transport.json({ method: "GET", path: "/v1/pools", signal: opts.signal });
+        return (w.pools ?? []).map(toPoolInfo);
+    }
+    /** Deletes a warm pool and its ready sandboxes. */
+    async deletePool(name, opts = {}) {
+        await (await this.transport.send({ method: "DELETE", path: "/v1/pools/" + encodeURIComponent(name), signal: opts.signal })).arrayBuffer();
+    }
+    /** Lists the images. */
+    listImages(opts = {}) {
+        return Image.list({ ...opts, ...this.opts });
+    }
+    /** Returns one image by name. */
+    getImage(name, opts = {}) {
+        return Image.get(name, { ...opts, ...this.opts });
+    }
+    /** Deletes an image. */
+    deleteImage(name, opts = {}) {
+        return Image.delete(name, { ...opts, ...this.opts });
+    }
+}
+function snapshotPath(id) {
+    return "/v1/snapshots/" + encodeURIComponent(id);
+}

@@ -1,0 +1,238 @@
+/**
+ * The SDK's data types (camelCase, with dates as Date) and their conversion
+ * from the API's JSON wire types (snake_case), which /v1/openapi.json
+ * documents.
+ *
+ * @module
+ */
+/** Sandbox lifecycle states. */
+export type SandboxState = "creating" | "running" | "suspending" | "suspended" | "resuming" | "terminated" | "error" | (string & {});
+/** What a running sandbox consumes now. */
+export interface Usage {
+    cpuSeconds: number;
+    memoryBytes: number;
+    memoryPeakBytes: number;
+    pids: number;
+    diskUsedBytes: number;
+    runningSeconds: number;
+    suspendedSeconds: number;
+}
+/** A sandbox as the API describes it. */
+export interface SandboxInfo {
+    id: string;
+    name?: string;
+    state: SandboxState;
+    stateReason?: string;
+    image: string;
+    snapshotId?: string;
+    cpus: number;
+    memoryMb: number;
+    diskMb: number;
+    pidsLimit: number;
+    timeoutSecs: number;
+    maxLifetimeSecs?: number;
+    allowInternetAccess: boolean;
+    autoResume: boolean;
+    env: Record<string, string>;
+    labels: Record<string, string>;
+    createdAt: Date;
+    lastActiveAt: Date;
+    terminatedAt?: Date;
+    usage?: Usage;
+}
+/** The result of a command run with {@link Sandbox.run}. */
+export interface CommandResult {
+    stdout: string;
+    stderr: string;
+    /** The exit status; -1 when the process was killed by a signal. */
+    exitCode: number;
+    durationMs: number;
+    /** The signal that killed the process, such as "SIGKILL". */
+    signal?: string;
+    /** The command ran past its timeoutSecs and was killed. */
+    timedOut: boolean;
+    /** The command was killed for running out of memory. */
+    oomKilled: boolean;
+    /** Why the process ended abnormally, in words. */
+    error?: string;
+}
+/** Snapshot types. */
+export type CheckpointKind = "filesystem" | "memory";
+/** Snapshot types, named as in the Python SDK (`CheckpointType.MEMORY`). */
+export declare const CheckpointType: {
+    /** The writable layer only: a restore is a cold boot (limits may change). */
+    readonly FILESYSTEM: "filesystem";
+    /** Also every process and its memory: a restore is a warm start. */
+    readonly MEMORY: "memory";
+};
+/** A saved state of a sandbox. */
+export interface Snapshot {
+    /** The snapshot's id (snap_…); pass it as `snapshotId` to Sandbox.create. */
+    snapshotId: string;
+    type: CheckpointKind;
+    name?: string;
+    sandboxId: string;
+    parentId?: string;
+    image: string;
+    sizeBytes: number;
+    /** How long the sandbox was paused to take it. */
+    pausedMs: number;
+    createdAt: Date;
+}
+/** An entry of a directory listing. */
+export interface FileInfo {
+    name: string;
+    path: string;
+    type: "file" | "dir" | "symlink" | "other" | (string & {});
+    size: number;
+    /** Permission bits in octal, such as "0644". */
+    mode: string;
+    modifiedAt: Date;
+}
+/** The answer of a file write. */
+export interface WriteInfo {
+    path: string;
+    size: number;
+}
+/**
+ * One displayed value of a cell, keyed by format. A pandas DataFrame gives
+ * `text` and `html`; a matplotlib figure gives `png` (base64) and `text`.
+ */
+export interface Result {
+    text?: string;
+    html?: string;
+    markdown?: string;
+    latex?: string;
+    /** Base64-encoded PNG. */
+    png?: string;
+    /** Base64-encoded JPEG. */
+    jpeg?: string;
+    svg?: string;
+    json?: unknown;
+    javascript?: string;
+    /** Base64-encoded PDF. */
+    pdf?: string;
+    /** Other MIME types, keyed by type. */
+    extra?: Record<string, unknown>;
+    /** The value of the cell's last expression. */
+    isMainResult: boolean;
+    [format: string]: unknown;
+}
+/** A cell that raised: NameError, SyntaxError, TimeoutError, KernelDied, … */
+export interface ExecutionError {
+    name: string;
+    value: string;
+    traceback: string[];
+}
+/** What a cell printed, in order. */
+export interface Logs {
+    stdout: string[];
+    stderr: string[];
+}
+/** The result of running code in a context ({@link Sandbox.runCode}). */
+export declare class Execution {
+    /** Every displayed value, in order; the main result is marked. */
+    results: Result[];
+    /** What the code printed. */
+    logs: Logs;
+    /** The cell's error, or null when it ran through. */
+    error: ExecutionError | null;
+    /** How many cells the context has run, this one included. */
+    executionCount: number;
+    /** The context that ran the cell. */
+    contextId?: string;
+    durationMs: number;
+    constructor(init: {
+        results?: Result[];
+        logs?: Logs;
+        error?: ExecutionError | null;
+        executionCount?: number;
+        contextId?: string;
+        durationMs?: number;
+    });
+    /** The text of the main result (like "215" for `sum([120, 95])`), if any. */
+    get text(): string | undefined;
+    /** The whole stdout, joined. */
+    get stdout(): string;
+    /** The whole stderr, joined. */
+    get stderr(): string;
+    toJSON(): Record<string, unknown>;
+}
+/** A kernel-backed code context of a sandbox, with its own variables. */
+export interface CodeContext {
+    id: string;
+    language: string;
+    /** The kernelspec name. */
+    kernel: string;
+    cwd: string;
+    /** The default context of its language. */
+    default: boolean;
+    /** "new" (no kernel yet), "idle", "busy" or "dead". */
+    state: string;
+    executionCount: number;
+    createdAt: Date;
+}
+/** An image as the API shows it. */
+export interface ImageInfo {
+    name: string;
+    /** A digest of the image's layers and defaults ("sha256:…"). */
+    id: string;
+    /** What it was built on: "debian:bookworm", an image's name, "oci", "host". */
+    base?: string;
+    layers: string[];
+    env: string[];
+    workdir: string;
+    user?: string;
+    uid: number;
+    gid: number;
+    sizeBytes: number;
+    createdAt: Date;
+}
+/** One event of an image build: a step starts, a line of output, the end. */
+export interface BuildEvent {
+    type: "step" | "log" | "done" | (string & {});
+    /** The 1-based step number (0 for the base). */
+    step: number;
+    total?: number;
+    /** base, run, env, workdir, user, copy, layer. */
+    kind?: string;
+    /** The command, path or base. */
+    detail?: string;
+    /** The step's layer came from the cache. */
+    cached?: boolean;
+    line?: string;
+    image?: ImageInfo;
+}
+/** A warm pool of ready sandboxes. */
+export interface PoolInfo {
+    name: string;
+    snapshotId?: string;
+    image: string;
+    size: number;
+    ready: number;
+    createdAt: Date;
+}
+/** @internal */
+export type Wire = Record<string, any>;
+/** @internal */
+export declare function toSandboxInfo(w: Wire): SandboxInfo;
+/** @internal */
+export declare function toCommandResult(w: Wire): CommandResult;
+/** @internal */
+export declare function toSnapshot(w: Wire): Snapshot;
+/** @internal */
+export declare function toFileInfo(w: Wire): FileInfo;
+/** @internal */
+export declare function toResult(w: Wire): Result;
+/** @internal */
+export declare function toExecutionError(w: Wire): ExecutionError;
+/** @internal */
+export declare function toExecution(w: Wire): Execution;
+/** @internal */
+export declare function toCodeContext(w: Wire): CodeContext;
+/** @internal */
+export declare function toImageInfo(w: Wire): ImageInfo;
+/** @internal */
+export declare function toBuildEvent(w: Wire, name: string): BuildEvent;
+/** @internal */
+export declare function toPoolInfo(w: Wire): PoolInfo;

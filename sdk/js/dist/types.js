@@ -1,0 +1,235 @@
+/**
+ * The SDK's data types (camelCase, with dates as Date) and their conversion
+ * from the API's JSON wire types (snake_case), which /v1/openapi.json
+ * documents.
+ *
+ * @module
+ */
+/** Snapshot types, named as in the Python SDK (`CheckpointType.MEMORY`). */
+export const CheckpointType = {
+    /** The writable layer only: a restore is a cold boot (limits may change). */
+    FILESYSTEM: "filesystem",
+    /** Also every process and its memory: a restore is a warm start. */
+    MEMORY: "memory",
+};
+/** The result of running code in a context ({@link Sandbox.runCode}). */
+export class Execution {
+    /** Every displayed value, in order; the main result is marked. */
+    results;
+    /** What the code printed. */
+    logs;
+    /** The cell's error, or null when it ran through. */
+    error;
+    /** How many cells the context has run, this one included. */
+    executionCount;
+    /** The context that ran the cell. */
+    contextId;
+    durationMs;
+    constructor(init) {
+        this.results = init.results ?? [];
+        this.logs = init.logs ?? { stdout: [], stderr: [] };
+        this.error = init.error ?? null;
+        this.executionCount = init.executionCount ?? 0;
+        if (init.contextId !== undefined)
+            this.contextId = init.contextId;
+        this.durationMs = init.durationMs ?? 0;
+    }
+    /** The text of the main result (like "215" for `sum([120, 95])`), if any. */
+    get text() {
+        return this.results.find((r) => r.isMainResult)?.text;
+    }
+    /** The whole stdout, joined. */
+    get stdout() {
+        return this.logs.stdout.join("");
+    }
+    /** The whole stderr, joined. */
+    get stderr() {
+        return this.logs.stderr.join("");
+    }
+    toJSON() {
+        return {
+            results: this.results,
+            logs: this.logs,
+            error: this.error,
+            executionCount: this.executionCount,
+            contextId: this.contextId,
+            durationMs: this.durationMs,
+        };
+    }
+}
+function date(v) {
+    return typeof v === "string" ? new Date(v) : new Date(NaN);
+}
+function opt(v) {
+    return v === undefined || v === null || v === "" ? undefined : v;
+}
+/** @internal */
+export function toSandboxInfo(w) {
+    const s = {
+        id: w.id,
+        state: w.state,
+        image: w.image ?? "",
+        cpus: w.cpus ?? 0,
+        memoryMb: w.memory_mb ?? 0,
+        diskMb: w.disk_mb ?? 0,
+        pidsLimit: w.pids_limit ?? 0,
+        timeoutSecs: w.timeout_secs ?? 0,
+        allowInternetAccess: !!w.allow_internet_access,
+        autoResume: !!w.auto_resume,
+        env: w.env ?? {},
+        labels: w.labels ?? {},
+        createdAt: date(w.created_at),
+        lastActiveAt: date(w.last_active_at),
+    };
+    if (opt(w.name))
+        s.name = w.name;
+    if (opt(w.state_reason))
+        s.stateReason = w.state_reason;
+    if (opt(w.snapshot_id))
+        s.snapshotId = w.snapshot_id;
+    if (w.max_lifetime_secs)
+        s.maxLifetimeSecs = w.max_lifetime_secs;
+    if (w.terminated_at)
+        s.terminatedAt = date(w.terminated_at);
+    if (w.usage) {
+        const u = w.usage;
+        s.usage = {
+            cpuSeconds: u.cpu_seconds ?? 0,
+            memoryBytes: u.memory_bytes ?? 0,
+            memoryPeakBytes: u.memory_peak_bytes ?? 0,
+            pids: u.pids ?? 0,
+            diskUsedBytes: u.disk_used_bytes ?? 0,
+            runningSeconds: u.running_seconds ?? 0,
+            suspendedSeconds: u.suspended_seconds ?? 0,
+        };
+    }
+    return s;
+}
+/** @internal */
+export function toCommandResult(w) {
+    const r = {
+        stdout: w.stdout ?? "",
+        stderr: w.stderr ?? "",
+        exitCode: w.exit_code ?? 0,
+        durationMs: w.duration_ms ?? 0,
+        timedOut: !!w.timed_out,
+        oomKilled: !!w.oom_killed,
+    };
+    if (opt(w.signal))
+        r.signal = w.signal;
+    if (opt(w.error))
+        r.error = w.error;
+    return r;
+}
+/** @internal */
+export function toSnapshot(w) {
+    const s = {
+        snapshotId: w.id,
+        type: w.type,
+        sandboxId: w.sandbox_id ?? "",
+        image: w.image ?? "",
+        sizeBytes: w.size_bytes ?? 0,
+        pausedMs: w.paused_ms ?? 0,
+        createdAt: date(w.created_at),
+    };
+    if (opt(w.name))
+        s.name = w.name;
+    if (opt(w.parent_id))
+        s.parentId = w.parent_id;
+    return s;
+}
+/** @internal */
+export function toFileInfo(w) {
+    return {
+        name: w.name,
+        path: w.path,
+        type: w.type,
+        size: w.size ?? 0,
+        mode: w.mode ?? "",
+        modifiedAt: date(w.modified_at),
+    };
+}
+/** @internal */
+export function toResult(w) {
+    const { is_main_result, ...formats } = w;
+    return { ...formats, isMainResult: is_main_result === true };
+}
+/** @internal */
+export function toExecutionError(w) {
+    return { name: w.name ?? "", value: w.value ?? "", traceback: w.traceback ?? [] };
+}
+/** @internal */
+export function toExecution(w) {
+    const init = {
+        results: (w.results ?? []).filter((r) => r !== null).map(toResult),
+        logs: { stdout: w.logs?.stdout ?? [], stderr: w.logs?.stderr ?? [] },
+        error: w.error ? toExecutionError(w.error) : null,
+        executionCount: w.execution_count ?? 0,
+        durationMs: w.duration_ms ?? 0,
+    };
+    if (opt(w.context_id))
+        init.contextId = w.context_id;
+    return new Execution(init);
+}
+/** @internal */
+export function toCodeContext(w) {
+    return {
+        id: w.id,
+        language: w.language ?? "",
+        kernel: w.kernel ?? "",
+        cwd: w.cwd ?? "",
+        default: !!w.default,
+        state: w.state ?? "",
+        executionCount: w.execution_count ?? 0,
+        createdAt: date(w.created_at),
+    };
+}
+/** @internal */
+export function toImageInfo(w) {
+    const i = {
+        name: w.name,
+        id: w.id ?? "",
+        layers: w.layers ?? [],
+        env: w.env ?? [],
+        workdir: w.workdir ?? "",
+        uid: w.uid ?? 0,
+        gid: w.gid ?? 0,
+        sizeBytes: w.size_bytes ?? 0,
+        createdAt: date(w.created_at),
+    };
+    if (opt(w.base))
+        i.base = w.base;
+    if (opt(w.user))
+        i.user = w.user;
+    return i;
+}
+/** @internal */
+export function toBuildEvent(w, name) {
+    const e = { type: w.type || name, step: w.step ?? 0 };
+    if (w.total)
+        e.total = w.total;
+    if (opt(w.kind))
+        e.kind = w.kind;
+    if (opt(w.detail))
+        e.detail = w.detail;
+    if (w.cached)
+        e.cached = true;
+    if (w.line !== undefined)
+        e.line = w.line;
+    if (w.image)
+        e.image = toImageInfo(w.image);
+    return e;
+}
+/** @internal */
+export function toPoolInfo(w) {
+    const p = {
+        name: w.name,
+        image: w.image ?? "",
+        size: w.size ?? 0,
+        ready: w.ready ?? 0,
+        createdAt: date(w.created_at),
+    };
+    if (opt(w.snapshot_id))
+        p.snapshotId = w.snapshot_id;
+    return p;
+}

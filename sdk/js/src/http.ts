@@ -1,0 +1,213 @@
+/**
+ * The HTTP transport of the SDK: one daemon address and API key, requests
+ * through `fetch`, error answers turned into typed errors, event streams read
+ * with their event names.
+ *
+ * @module
+ */
+
+import { ConnectionError, errorFromEventData, errorFromResponse, ForkboxError, InternalError } from "./errors.js";
+import { readSSE, type SSEEvent } from "./sse.js";
+
+/** The daemon address used when none is configured. */
+export const DEFAULT_URL = "http://127.0.0.1:8080";
+
+/** SDK version, sent in the User-Agent header. */
+export const VERSION = "0.1.0";
+
+/** Where the daemon is and how to reach it. */
+export interface ConnectionOptions {
+  /** The daemon's address, such as "http://127.0.0.1:8080"; default FORKBOX_URL, else DEFAULT_URL. */
+  apiUrl?: string;
+  /** Sent as a bearer token; default FORKBOX_API_KEY. An empty key sends none. */
+  apiKey?: string;
+  /**
+   * The fetch to use (default the global one). Node's fetch stops waiting for
+   * an answer's headers after 300 s; pass an undici fetch with its own Agent
+   * for calls that stay silent longer.
+   */
+  fetch?: typeof fetch;
+}
+
+/** Options that every call takes. */
+export interface CallOptions {
+  /** Cancels the call. */
+  signal?: AbortSignal;
+}
+
+/** A request body that fetch takes. */
+export type RequestBody = NonNullable<RequestInit["body"]>;
+
+type Query = Record<string, string | number | boolean | string[] | undefined>;
+
+/** A request as the transport builds it. */
+export interface RequestSpec {
+  method: string;
+  path: string;
+  query?: Query;
+  /** A JSON value (sent as application/json) or a raw body with its type. */
+  json?: unknown;
+  body?: RequestBody;
+  contentType?: string;
+  accept?: string;
+  signal?: AbortSignal;
+}
+
+function env(name: string): string | undefined {
+  const v = typeof process !== "undefined" ? process.env?.[name] : undefined;
+  return v === "" ? undefined : v;
+}
+
+/**
+ * One daemon connection. Sandboxes, images and the client share it; it holds
+ * no sockets of its own (fetch pools them).
+ */
+export class Transport {
+  readonly apiUrl: string;
+  readonly apiKey: string | undefined;
+  private readonly fetchFn: typeof fetch;
+
+  constructor(opts: ConnectionOptions = {}) {
+    const url = opts.apiUrl ?? env("FORKBOX_URL") ?? DEFAULT_URL;
+    this.apiUrl = url.replace(/\/+$/, "");
+    const key = opts.apiKey ?? env("FORKBOX_API_KEY");
+    this.apiKey = key === "" ? undefined : key;
+    this.fetchFn = opts.fetch ?? globalThis.fetch.bind(globalThis);
+  }
+
+  /** The URL of a path with its query. */
+  url(path: string, query?: Query): string {
+    let u = this.apiUrl + path;
+    if (query) {
+      const q = new URLSearchParams();
+      for (const [k, v] of Object.entries(query)) {
+        if (v === undefined) continue;
+        if (Array.isArray(v)) for (const x of v) q.append(k, x);
+        else q.append(k, String(v));
+      }
+      const s = q.toString();
+      if (s) u += "?" + s;
+    }
+    return u;
+  }
+
+  /**
+   * Sends a request and returns the answer when its status is 2xx; any other
+   * status becomes a typed error carrying the server's code and message. A
+   * daemon that cannot be reached is a {@link ConnectionError}; an aborted
+   * call rejects with the signal's reason.
+   */
+  async send(spec: RequestSpec): Promise<Response> {
+    const headers: Record<string, string> = { "User-Agent": `forkbox-js/${VERSION}` };
+    if (this.apiKey) headers["Authorization"] = `Bearer ${this.apiKey}`;
+    let body: RequestBody | undefined = spec.body;
+    if (spec.json !== undefined) {
+      body = JSON.stringify(spec.json);
+      headers["Content-Type"] = "application/json";
+    } else if (spec.contentType) {
+      headers["Content-Type"] = spec.contentType;
+    }
+    headers["Accept"] = spec.accept ?? "application/json";
+    const init: RequestInit & { duplex?: "half" } = { method: spec.method, headers, signal: spec.signal };
+    if (body !== undefined) {
+      init.body = body;
+      if (typeof ReadableStream !== "undefined" && body instanceof ReadableStream) init.duplex = "half";
+    }
+    const url = this.url(spec.path, spec.query);
+    let resp: Response;
+    try {
+      resp = await this.fetchFn(url, init);
+    } catch (err) {
+      if (spec.signal?.aborted) throw spec.signal.reason ?? err;
+      if (err instanceof ForkboxError) throw err;
+      const cause = (err as { cause?: { code?: string; message?: string } })?.cause;
+      const why = cause?.code ?? cause?.message ?? (err as Error)?.message ?? String(err);
+      throw new ConnectionError("unavailable", 0, `cannot reach the forkbox daemon at ${this.apiUrl}: ${why}`, { cause: err });
+    }
+    if (!resp.ok) {
+      let text = "";
+      try {
+        text = await resp.text();
+      } catch {
+        // the body broke off: the status says enough
+      }
+      throw errorFromResponse(resp.status, resp.statusText, text.slice(0, 64 << 10));
+    }
+    return resp;
+  }
+
+  /** Sends a request and decodes its JSON answer (undefined for an empty one). */
+  async json<T>(spec: RequestSpec): Promise<T> {
+    const resp = await this.send(spec);
+    const text = await resp.text();
+    if (text === "") return undefined as T;
+    try {
+      return JSON.parse(text) as T;
+    } catch (err) {
+      throw new InternalError("internal", resp.status, `decoding the answer of ${spec.method} ${spec.path}: ${(err as Error).message}`);
+    }
+  }
+
+  /**
+   * Sends a request asking for an event stream and hands each event to
+   * onEvent until it returns true (the answer is complete). A daemon or proxy
+   * that ignores Accept answers with plain JSON, which goes to onPlain
+   * instead. A stream that ends before its last event is an error.
+   */
+  async stream(
+    spec: RequestSpec,
+    what: string,
+    onPlain: (value: unknown) => void,
+    onEvent: (ev: SSEEvent) => boolean | void,
+  ): Promise<void> {
+    const resp = await this.send({ ...spec, accept: "text/event-stream" });
+    const ctype = (resp.headers.get("Content-Type") ?? "").split(";")[0]!.trim().toLowerCase();
+    if (ctype !== "text/event-stream") {
+      const text = await resp.text();
+      let v: unknown;
+      try {
+        v = JSON.parse(text);
+      } catch (err) {
+        throw new InternalError("internal", resp.status, `decoding the ${what} answer: ${(err as Error).message}`);
+      }
+      onPlain(v);
+      return;
+    }
+    if (!resp.body) throw new InternalError("internal", resp.status, `${what} stream without a body`);
+    const events = readSSE(resp.body);
+    try {
+      for (;;) {
+        let r: IteratorResult<SSEEvent, void>;
+        try {
+          r = await events.next();
+        } catch (err) {
+          if (spec.signal?.aborted) throw spec.signal.reason ?? err;
+          throw new ConnectionError("unavailable", 0, `reading the ${what} stream: ${(err as Error)?.message ?? err}`, { cause: err });
+        }
+        if (r.done) break;
+        // Errors of onEvent (a failure event, or a callback that threw) go
+        // to the caller as they are.
+        if (onEvent(r.value) === true) return;
+      }
+    } finally {
+      await events.return(undefined).catch(() => {});
+    }
+    throw new ConnectionError("unavailable", 0, `the ${what} stream ended before its end`);
+  }
+}
+
+/** Decodes an event's JSON data, naming the event on failure. */
+export function eventData<T>(ev: SSEEvent): T {
+  try {
+    return JSON.parse(ev.data) as T;
+  } catch (err) {
+    throw new InternalError("internal", 500, `decoding the ${ev.event} event: ${(err as Error).message}`);
+  }
+}
+
+export { errorFromEventData };
+
+/** The path /v1/sandboxes/{ref}{suffix} with the id or name escaped. */
+export function sandboxPath(ref: string, suffix = ""): string {
+  return "/v1/sandboxes/" + encodeURIComponent(ref) + suffix;
+}

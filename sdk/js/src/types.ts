@@ -1,0 +1,441 @@
+/**
+ * The SDK's data types (camelCase, with dates as Date) and their conversion
+ * from the API's JSON wire types (snake_case), which /v1/openapi.json
+ * documents.
+ *
+ * @module
+ */
+
+/** Sandbox lifecycle states. */
+export type SandboxState =
+  | "creating"
+  | "running"
+  | "suspending"
+  | "suspended"
+  | "resuming"
+  | "terminated"
+  | "error"
+  | (string & {});
+
+/** What a running sandbox consumes now. */
+export interface Usage {
+  cpuSeconds: number;
+  memoryBytes: number;
+  memoryPeakBytes: number;
+  pids: number;
+  diskUsedBytes: number;
+  runningSeconds: number;
+  suspendedSeconds: number;
+}
+
+/** A sandbox as the API describes it. */
+export interface SandboxInfo {
+  id: string;
+  name?: string;
+  state: SandboxState;
+  stateReason?: string;
+  image: string;
+  snapshotId?: string;
+  cpus: number;
+  memoryMb: number;
+  diskMb: number;
+  pidsLimit: number;
+  timeoutSecs: number;
+  maxLifetimeSecs?: number;
+  allowInternetAccess: boolean;
+  autoResume: boolean;
+  env: Record<string, string>;
+  labels: Record<string, string>;
+  createdAt: Date;
+  lastActiveAt: Date;
+  terminatedAt?: Date;
+  usage?: Usage;
+}
+
+/** The result of a command run with {@link Sandbox.run}. */
+export interface CommandResult {
+  stdout: string;
+  stderr: string;
+  /** The exit status; -1 when the process was killed by a signal. */
+  exitCode: number;
+  durationMs: number;
+  /** The signal that killed the process, such as "SIGKILL". */
+  signal?: string;
+  /** The command ran past its timeoutSecs and was killed. */
+  timedOut: boolean;
+  /** The command was killed for running out of memory. */
+  oomKilled: boolean;
+  /** Why the process ended abnormally, in words. */
+  error?: string;
+}
+
+/** Snapshot types. */
+export type CheckpointKind = "filesystem" | "memory";
+
+/** Snapshot types, named as in the Python SDK (`CheckpointType.MEMORY`). */
+export const CheckpointType = {
+  /** The writable layer only: a restore is a cold boot (limits may change). */
+  FILESYSTEM: "filesystem",
+  /** Also every process and its memory: a restore is a warm start. */
+  MEMORY: "memory",
+} as const satisfies Record<string, CheckpointKind>;
+
+/** A saved state of a sandbox. */
+export interface Snapshot {
+  /** The snapshot's id (snap_…); pass it as `snapshotId` to Sandbox.create. */
+  snapshotId: string;
+  type: CheckpointKind;
+  name?: string;
+  sandboxId: string;
+  parentId?: string;
+  image: string;
+  sizeBytes: number;
+  /** How long the sandbox was paused to take it. */
+  pausedMs: number;
+  createdAt: Date;
+}
+
+/** An entry of a directory listing. */
+export interface FileInfo {
+  name: string;
+  path: string;
+  type: "file" | "dir" | "symlink" | "other" | (string & {});
+  size: number;
+  /** Permission bits in octal, such as "0644". */
+  mode: string;
+  modifiedAt: Date;
+}
+
+/** The answer of a file write. */
+export interface WriteInfo {
+  path: string;
+  size: number;
+}
+
+/**
+ * One displayed value of a cell, keyed by format. A pandas DataFrame gives
+ * `text` and `html`; a matplotlib figure gives `png` (base64) and `text`.
+ */
+export interface Result {
+  text?: string;
+  html?: string;
+  markdown?: string;
+  latex?: string;
+  /** Base64-encoded PNG. */
+  png?: string;
+  /** Base64-encoded JPEG. */
+  jpeg?: string;
+  svg?: string;
+  json?: unknown;
+  javascript?: string;
+  /** Base64-encoded PDF. */
+  pdf?: string;
+  /** Other MIME types, keyed by type. */
+  extra?: Record<string, unknown>;
+  /** The value of the cell's last expression. */
+  isMainResult: boolean;
+  [format: string]: unknown;
+}
+
+/** A cell that raised: NameError, SyntaxError, TimeoutError, KernelDied, … */
+export interface ExecutionError {
+  name: string;
+  value: string;
+  traceback: string[];
+}
+
+/** What a cell printed, in order. */
+export interface Logs {
+  stdout: string[];
+  stderr: string[];
+}
+
+/** The result of running code in a context ({@link Sandbox.runCode}). */
+export class Execution {
+  /** Every displayed value, in order; the main result is marked. */
+  results: Result[];
+  /** What the code printed. */
+  logs: Logs;
+  /** The cell's error, or null when it ran through. */
+  error: ExecutionError | null;
+  /** How many cells the context has run, this one included. */
+  executionCount: number;
+  /** The context that ran the cell. */
+  contextId?: string;
+  durationMs: number;
+
+  constructor(init: {
+    results?: Result[];
+    logs?: Logs;
+    error?: ExecutionError | null;
+    executionCount?: number;
+    contextId?: string;
+    durationMs?: number;
+  }) {
+    this.results = init.results ?? [];
+    this.logs = init.logs ?? { stdout: [], stderr: [] };
+    this.error = init.error ?? null;
+    this.executionCount = init.executionCount ?? 0;
+    if (init.contextId !== undefined) this.contextId = init.contextId;
+    this.durationMs = init.durationMs ?? 0;
+  }
+
+  /** The text of the main result (like "215" for `sum([120, 95])`), if any. */
+  get text(): string | undefined {
+    return this.results.find((r) => r.isMainResult)?.text;
+  }
+
+  /** The whole stdout, joined. */
+  get stdout(): string {
+    return this.logs.stdout.join("");
+  }
+
+  /** The whole stderr, joined. */
+  get stderr(): string {
+    return this.logs.stderr.join("");
+  }
+
+  toJSON(): Record<string, unknown> {
+    return {
+      results: this.results,
+      logs: this.logs,
+      error: this.error,
+      executionCount: this.executionCount,
+      contextId: this.contextId,
+      durationMs: this.durationMs,
+    };
+  }
+}
+
+/** A kernel-backed code context of a sandbox, with its own variables. */
+export interface CodeContext {
+  id: string;
+  language: string;
+  /** The kernelspec name. */
+  kernel: string;
+  cwd: string;
+  /** The default context of its language. */
+  default: boolean;
+  /** "new" (no kernel yet), "idle", "busy" or "dead". */
+  state: string;
+  executionCount: number;
+  createdAt: Date;
+}
+
+/** An image as the API shows it. */
+export interface ImageInfo {
+  name: string;
+  /** A digest of the image's layers and defaults ("sha256:…"). */
+  id: string;
+  /** What it was built on: "debian:bookworm", an image's name, "oci", "host". */
+  base?: string;
+  layers: string[];
+  env: string[];
+  workdir: string;
+  user?: string;
+  uid: number;
+  gid: number;
+  sizeBytes: number;
+  createdAt: Date;
+}
+
+/** One event of an image build: a step starts, a line of output, the end. */
+export interface BuildEvent {
+  type: "step" | "log" | "done" | (string & {});
+  /** The 1-based step number (0 for the base). */
+  step: number;
+  total?: number;
+  /** base, run, env, workdir, user, copy, layer. */
+  kind?: string;
+  /** The command, path or base. */
+  detail?: string;
+  /** The step's layer came from the cache. */
+  cached?: boolean;
+  line?: string;
+  image?: ImageInfo;
+}
+
+/** A warm pool of ready sandboxes. */
+export interface PoolInfo {
+  name: string;
+  snapshotId?: string;
+  image: string;
+  size: number;
+  ready: number;
+  createdAt: Date;
+}
+
+// ---- wire types and conversions ----
+
+/** @internal */
+export type Wire = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+
+function date(v: unknown): Date {
+  return typeof v === "string" ? new Date(v) : new Date(NaN);
+}
+
+function opt<T>(v: T | undefined | null | ""): T | undefined {
+  return v === undefined || v === null || v === "" ? undefined : v;
+}
+
+/** @internal */
+export function toSandboxInfo(w: Wire): SandboxInfo {
+  const s: SandboxInfo = {
+    id: w.id,
+    state: w.state,
+    image: w.image ?? "",
+    cpus: w.cpus ?? 0,
+    memoryMb: w.memory_mb ?? 0,
+    diskMb: w.disk_mb ?? 0,
+    pidsLimit: w.pids_limit ?? 0,
+    timeoutSecs: w.timeout_secs ?? 0,
+    allowInternetAccess: !!w.allow_internet_access,
+    autoResume: !!w.auto_resume,
+    env: w.env ?? {},
+    labels: w.labels ?? {},
+    createdAt: date(w.created_at),
+    lastActiveAt: date(w.last_active_at),
+  };
+  if (opt(w.name)) s.name = w.name;
+  if (opt(w.state_reason)) s.stateReason = w.state_reason;
+  if (opt(w.snapshot_id)) s.snapshotId = w.snapshot_id;
+  if (w.max_lifetime_secs) s.maxLifetimeSecs = w.max_lifetime_secs;
+  if (w.terminated_at) s.terminatedAt = date(w.terminated_at);
+  if (w.usage) {
+    const u = w.usage;
+    s.usage = {
+      cpuSeconds: u.cpu_seconds ?? 0,
+      memoryBytes: u.memory_bytes ?? 0,
+      memoryPeakBytes: u.memory_peak_bytes ?? 0,
+      pids: u.pids ?? 0,
+      diskUsedBytes: u.disk_used_bytes ?? 0,
+      runningSeconds: u.running_seconds ?? 0,
+      suspendedSeconds: u.suspended_seconds ?? 0,
+    };
+  }
+  return s;
+}
+
+/** @internal */
+export function toCommandResult(w: Wire): CommandResult {
+  const r: CommandResult = {
+    stdout: w.stdout ?? "",
+    stderr: w.stderr ?? "",
+    exitCode: w.exit_code ?? 0,
+    durationMs: w.duration_ms ?? 0,
+    timedOut: !!w.timed_out,
+    oomKilled: !!w.oom_killed,
+  };
+  if (opt(w.signal)) r.signal = w.signal;
+  if (opt(w.error)) r.error = w.error;
+  return r;
+}
+
+/** @internal */
+export function toSnapshot(w: Wire): Snapshot {
+  const s: Snapshot = {
+    snapshotId: w.id,
+    type: w.type,
+    sandboxId: w.sandbox_id ?? "",
+    image: w.image ?? "",
+    sizeBytes: w.size_bytes ?? 0,
+    pausedMs: w.paused_ms ?? 0,
+    createdAt: date(w.created_at),
+  };
+  if (opt(w.name)) s.name = w.name;
+  if (opt(w.parent_id)) s.parentId = w.parent_id;
+  return s;
+}
+
+/** @internal */
+export function toFileInfo(w: Wire): FileInfo {
+  return {
+    name: w.name,
+    path: w.path,
+    type: w.type,
+    size: w.size ?? 0,
+    mode: w.mode ?? "",
+    modifiedAt: date(w.modified_at),
+  };
+}
+
+/** @internal */
+export function toResult(w: Wire): Result {
+  const { is_main_result, ...formats } = w;
+  return { ...formats, isMainResult: is_main_result === true };
+}
+
+/** @internal */
+export function toExecutionError(w: Wire): ExecutionError {
+  return { name: w.name ?? "", value: w.value ?? "", traceback: w.traceback ?? [] };
+}
+
+/** @internal */
+export function toExecution(w: Wire): Execution {
+  const init: ConstructorParameters<typeof Execution>[0] = {
+    results: (w.results ?? []).filter((r: unknown) => r !== null).map(toResult),
+    logs: { stdout: w.logs?.stdout ?? [], stderr: w.logs?.stderr ?? [] },
+    error: w.error ? toExecutionError(w.error) : null,
+    executionCount: w.execution_count ?? 0,
+    durationMs: w.duration_ms ?? 0,
+  };
+  if (opt(w.context_id)) init.contextId = w.context_id;
+  return new Execution(init);
+}
+
+/** @internal */
+export function toCodeContext(w: Wire): CodeContext {
+  return {
+    id: w.id,
+    language: w.language ?? "",
+    kernel: w.kernel ?? "",
+    cwd: w.cwd ?? "",
+    default: !!w.default,
+    state: w.state ?? "",
+    executionCount: w.execution_count ?? 0,
+    createdAt: date(w.created_at),
+  };
+}
+
+/** @internal */
+export function toImageInfo(w: Wire): ImageInfo {
+  const i: ImageInfo = {
+    name: w.name,
+    id: w.id ?? "",
+    layers: w.layers ?? [],
+    env: w.env ?? [],
+    workdir: w.workdir ?? "",
+    uid: w.uid ?? 0,
+    gid: w.gid ?? 0,
+    sizeBytes: w.size_bytes ?? 0,
+    createdAt: date(w.created_at),
+  };
+  if (opt(w.base)) i.base = w.base;
+  if (opt(w.user)) i.user = w.user;
+  return i;
+}
+
+/** @internal */
+export function toBuildEvent(w: Wire, name: string): BuildEvent {
+  const e: BuildEvent = { type: w.type || name, step: w.step ?? 0 };
+  if (w.total) e.total = w.total;
+  if (opt(w.kind)) e.kind = w.kind;
+  if (opt(w.detail)) e.detail = w.detail;
+  if (w.cached) e.cached = true;
+  if (w.line !== undefined) e.line = w.line;
+  if (w.image) e.image = toImageInfo(w.image);
+  return e;
+}
+
+/** @internal */
+export function toPoolInfo(w: Wire): PoolInfo {
+  const p: PoolInfo = {
+    name: w.name,
+    image: w.image ?? "",
+    size: w.size ?? 0,
+    ready: w.ready ?? 0,
+    createdAt: date(w.created_at),
+  };
+  if (opt(w.snapshot_id)) p.snapshotId = w.snapshot_id;
+  return p;
+}

@@ -1,0 +1,325 @@
+"""The objects the SDK returns, built from the daemon's JSON (see
+/v1/openapi.json). Each keeps the whole JSON object in ``raw``, so fields a
+newer daemon adds are not lost."""
+
+from __future__ import annotations
+
+import base64
+import enum
+from typing import Any, Dict, List, Optional
+
+__all__ = [
+    "CheckpointType",
+    "SandboxInfo",
+    "CommandResult",
+    "Result",
+    "Logs",
+    "ExecutionError",
+    "Execution",
+    "FileInfo",
+    "WriteInfo",
+    "ImageInfo",
+    "CodeContext",
+    "Pool",
+]
+
+
+class CheckpointType(str, enum.Enum):
+    """What a checkpoint saves. FILESYSTEM: the sandbox's writable layer;
+    restoring it is a cold boot (cpus and memory may change). MEMORY: the
+    filesystem plus memory and every process; restoring it is a warm start
+    where kernels keep their variables."""
+
+    FILESYSTEM = "filesystem"
+    MEMORY = "memory"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class _Record:
+    """A JSON object with the listed fields as attributes (None when absent)."""
+
+    _fields: tuple = ()
+    _defaults: Dict[str, Any] = {}
+
+    def __init__(self, raw: Optional[Dict[str, Any]] = None, **kw: Any):
+        raw = dict(raw or {})
+        raw.update(kw)
+        self.raw = raw
+        for f in self._fields:
+            v = raw.get(f)
+            if v is None and f in self._defaults:
+                v = self._defaults[f]
+            setattr(self, f, v)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return dict(self.raw)
+
+    def __repr__(self) -> str:
+        shown = ", ".join("%s=%r" % (f, getattr(self, f)) for f in self._fields[:6] if getattr(self, f) is not None)
+        return "%s(%s)" % (type(self).__name__, shown)
+
+    def __eq__(self, other: Any) -> bool:
+        return type(other) is type(self) and other.raw == self.raw
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class SandboxInfo(_Record):
+    """A sandbox as the daemon reports it (GET /v1/sandboxes/{id})."""
+
+    _fields = ("id", "name", "state", "state_reason", "image", "snapshot_id", "cpus", "memory_mb",
+               "disk_mb", "pids_limit", "timeout_secs", "max_lifetime_secs", "allow_internet_access",
+               "auto_resume", "env", "labels", "created_at", "last_active_at", "terminated_at", "usage")
+
+
+class CommandResult(_Record):
+    """The result of ``Sandbox.run``: ``stdout``, ``stderr``, ``exit_code``
+    (-1 when a signal killed the process; ``signal`` names it),
+    ``duration_ms``, ``timed_out``, ``oom_killed`` and ``error`` (why, in
+    words, when the process did not exit by itself). A non-zero exit is a
+    result, not an exception."""
+
+    _fields = ("stdout", "stderr", "exit_code", "duration_ms", "signal", "timed_out", "oom_killed", "error")
+    _defaults = {"stdout": "", "stderr": "", "exit_code": 0, "duration_ms": 0, "timed_out": False, "oom_killed": False}
+
+    @property
+    def ok(self) -> bool:
+        """True when the command exited 0."""
+        return self.exit_code == 0
+
+
+# The result formats of SPEC §4, in the order formats() lists them.
+RESULT_FORMATS = ("text", "html", "markdown", "latex", "png", "jpeg", "svg", "json", "javascript", "pdf")
+
+
+class Result:
+    """One displayed value of a cell, keyed by format like the API: ``text``,
+    ``html``, ``markdown``, ``latex``, ``png``, ``jpeg``, ``svg``, ``json``,
+    ``javascript``, ``pdf`` (images are base64 strings, as in the API), and
+    ``extra`` for other MIME types. ``is_main_result`` marks the value of
+    the cell's last expression. ``result["html"]`` and ``"png" in result``
+    work too."""
+
+    text: Optional[str]
+    html: Optional[str]
+    markdown: Optional[str]
+    latex: Optional[str]
+    png: Optional[str]
+    jpeg: Optional[str]
+    svg: Optional[str]
+    json: Any
+    javascript: Optional[str]
+    pdf: Optional[str]
+
+    def __init__(self, raw: Dict[str, Any]):
+        self.raw = dict(raw)
+        for f in RESULT_FORMATS:
+            setattr(self, f, self.raw.get(f))
+        self.extra = self.raw.get("extra")
+        self.is_main_result = bool(self.raw.get("is_main_result", False))
+
+    def formats(self) -> List[str]:
+        """The formats this result carries, such as ["text", "html"]."""
+        out = [f for f in RESULT_FORMATS if self.raw.get(f) is not None]
+        out.extend(k for k in self.raw if k not in RESULT_FORMATS and k not in ("is_main_result", "extra"))
+        if isinstance(self.extra, dict):
+            out.extend(self.extra.keys())
+        return out
+
+    def png_bytes(self) -> Optional[bytes]:
+        """The decoded PNG image, or None."""
+        return base64.b64decode(self.png) if self.png else None
+
+    def jpeg_bytes(self) -> Optional[bytes]:
+        """The decoded JPEG image, or None."""
+        return base64.b64decode(self.jpeg) if self.jpeg else None
+
+    def __getitem__(self, key: str) -> Any:
+        return self.raw[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.raw
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.raw.get(key, default)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return dict(self.raw)
+
+    def __str__(self) -> str:
+        return self.text if self.text is not None else repr(self)
+
+    def __repr__(self) -> str:
+        return "Result(formats=%r%s, text=%r)" % (
+            self.formats(), ", is_main_result=True" if self.is_main_result else "", _short(self.text))
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, Result) and other.raw == self.raw
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _short(s: Optional[str], n: int = 60) -> Optional[str]:
+    if s is None or len(s) <= n:
+        return s
+    return s[:n] + "…"
+
+
+class Logs:
+    """What a cell printed, in order: lists of chunks."""
+
+    def __init__(self, stdout: Optional[List[str]] = None, stderr: Optional[List[str]] = None):
+        self.stdout: List[str] = list(stdout or [])
+        self.stderr: List[str] = list(stderr or [])
+
+    def __repr__(self) -> str:
+        return "Logs(stdout=%r, stderr=%r)" % (self.stdout, self.stderr)
+
+    def to_dict(self) -> Dict[str, List[str]]:
+        return {"stdout": list(self.stdout), "stderr": list(self.stderr)}
+
+
+class ExecutionError:
+    """A cell's error: ``name`` (NameError, SyntaxError, TimeoutError,
+    KernelDied, ...), ``value`` (the message) and ``traceback`` (a list of
+    lines; ``traceback_text`` joins them)."""
+
+    def __init__(self, name: str = "", value: str = "", traceback: Optional[List[str]] = None):
+        self.name = name
+        self.value = value
+        self.traceback: List[str] = list(traceback or [])
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> "ExecutionError":
+        tb = d.get("traceback") or []
+        if isinstance(tb, str):
+            tb = tb.splitlines()
+        return cls(str(d.get("name") or ""), str(d.get("value") or ""), [str(x) for x in tb])
+
+    @property
+    def message(self) -> str:
+        return self.value
+
+    @property
+    def traceback_text(self) -> str:
+        return "\n".join(self.traceback)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"name": self.name, "value": self.value, "traceback": list(self.traceback)}
+
+    def __str__(self) -> str:
+        return "%s: %s" % (self.name, self.value) if self.value else self.name
+
+    def __repr__(self) -> str:
+        return "ExecutionError(name=%r, value=%r)" % (self.name, self.value)
+
+
+class Execution:
+    """The result of ``run_code`` (SPEC §4): ``results`` (Result objects),
+    ``logs`` (``.stdout`` / ``.stderr`` lists), ``error`` (None on success,
+    else an ExecutionError), ``execution_count``, ``context_id`` and
+    ``duration_ms``. ``text`` is the main result's text (the value of the
+    last expression, "215" for ``sum([120, 95])``), or None."""
+
+    def __init__(self, results: Optional[List[Result]] = None, logs: Optional[Logs] = None,
+                 error: Optional[ExecutionError] = None, execution_count: int = 0,
+                 context_id: Optional[str] = None, duration_ms: int = 0):
+        self.results: List[Result] = list(results or [])
+        self.logs = logs or Logs()
+        self.error = error
+        self.execution_count = execution_count
+        self.context_id = context_id
+        self.duration_ms = duration_ms
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> "Execution":
+        logs = d.get("logs") or {}
+        err = d.get("error")
+        return cls(
+            results=[Result(r) for r in (d.get("results") or []) if isinstance(r, dict)],
+            logs=Logs(logs.get("stdout"), logs.get("stderr")),
+            error=ExecutionError.from_dict(err) if isinstance(err, dict) else None,
+            execution_count=int(d.get("execution_count") or 0),
+            context_id=d.get("context_id"),
+            duration_ms=int(d.get("duration_ms") or 0),
+        )
+
+    @property
+    def text(self) -> Optional[str]:
+        for r in self.results:
+            if r.is_main_result:
+                return r.text
+        return None
+
+    @property
+    def main_result(self) -> Optional[Result]:
+        for r in self.results:
+            if r.is_main_result:
+                return r
+        return None
+
+    @property
+    def stdout(self) -> str:
+        """All of stdout as one string."""
+        return "".join(self.logs.stdout)
+
+    @property
+    def stderr(self) -> str:
+        """All of stderr as one string."""
+        return "".join(self.logs.stderr)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "results": [r.to_dict() for r in self.results],
+            "logs": self.logs.to_dict(),
+            "error": self.error.to_dict() if self.error else None,
+            "execution_count": self.execution_count,
+            "context_id": self.context_id,
+            "duration_ms": self.duration_ms,
+        }
+
+    def __repr__(self) -> str:
+        return "Execution(results=%r, logs=%r, error=%r, execution_count=%r)" % (
+            self.results, self.logs, self.error, self.execution_count)
+
+
+class FileInfo(_Record):
+    """An entry of ``files.list``: ``name``, ``path``, ``type`` ("file",
+    "dir", "symlink", "other"), ``size``, ``mode``, ``modified_at``."""
+
+    _fields = ("name", "path", "type", "size", "mode", "modified_at")
+
+    @property
+    def is_dir(self) -> bool:
+        return self.type == "dir"
+
+
+class WriteInfo(_Record):
+    """The answer of ``files.write``: the absolute ``path`` and ``size``."""
+
+    _fields = ("path", "size")
+
+
+class ImageInfo(_Record):
+    """An image: ``name``, ``id`` (sha256 of its layers and defaults),
+    ``base``, ``layers``, ``env``, ``workdir``, ``user``, ``size_bytes``,
+    ``created_at``."""
+
+    _fields = ("name", "id", "base", "layers", "env", "workdir", "user", "uid", "gid", "size_bytes", "created_at")
+
+
+class CodeContext(_Record):
+    """A code context (a kernel with its own variables): ``id``,
+    ``language``, ``kernel``, ``cwd``, ``default``, ``state``,
+    ``execution_count``."""
+
+    _fields = ("id", "language", "kernel", "cwd", "default", "state", "execution_count", "created_at")
+
+
+class Pool(_Record):
+    """A warm pool: ``name``, ``snapshot_id`` or ``image``, ``size``,
+    ``ready``."""
+
+    _fields = ("name", "snapshot_id", "image", "size", "ready", "created_at")

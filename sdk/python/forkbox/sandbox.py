@@ -1,0 +1,573 @@
+"""Sandboxes: create, connect, run commands and code, files, checkpoints,
+forks, suspend and resume.
+
+A :class:`Sandbox` is a handle on one sandbox of the daemon, by id. Creating
+one starts it; the handle holds no connection, so it can be kept, pickled by
+id, or rebuilt with :meth:`Sandbox.connect`::
+
+    from forkbox.sandbox import Sandbox, CheckpointType
+
+    with Sandbox.create() as sb:                  # terminated at the end
+        sb.run_code("sales = [120, 95]")
+        print(sb.run_code("sum(sales)").text)     # 215
+        snap = sb.checkpoint(checkpoint_type=CheckpointType.MEMORY)
+    again = Sandbox.create(snapshot_id=snap.snapshot_id)
+    print(again.run_code("sales").text)           # [120, 95]
+
+Ephemeral (unnamed) sandboxes are terminated when their idle timeout fires;
+named ones are suspended instead and keep their state. ``close()`` follows
+the same rule: it terminates an unnamed sandbox and leaves a named one to
+the daemon (it suspends when idle; ``terminate()`` removes it for good).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Union
+
+from ._client import Client, compact, decode_event, failure_error, quote, resolve_client, sandbox_path
+from .errors import CellTimeoutError, ConflictError, KernelDiedError, NotFoundError
+from .image import Image
+from .models import (CheckpointType, CodeContext, CommandResult, Execution, ExecutionError, FileInfo, Pool, Result,
+                     SandboxInfo, WriteInfo)
+
+__all__ = ["Sandbox", "Snapshot", "Files", "ForkResult", "CheckpointType", "Image"]
+
+OutputHandler = Callable[[str], Any]
+
+
+class Snapshot:
+    """A saved state of a sandbox (``snap_…``). ``snapshot_id`` (also ``id``)
+    is what ``Sandbox.create(snapshot_id=…)`` restores; ``type`` is
+    "filesystem" or "memory". Snapshots survive daemon restarts and can be
+    restored any number of times.
+
+    ``Snapshot.list()``, ``Snapshot.get(id)`` and ``Snapshot.delete(id)`` (or
+    ``snap.delete()``) manage them."""
+
+    def __init__(self, raw: Dict[str, Any], client: Optional[Client] = None):
+        self.raw = dict(raw)
+        self._client = client or Client()
+        self.id: str = self.raw.get("id", "")
+        self.type: str = self.raw.get("type", "")
+        self.name: Optional[str] = self.raw.get("name")
+        self.sandbox_id: Optional[str] = self.raw.get("sandbox_id")
+        self.parent_id: Optional[str] = self.raw.get("parent_id")
+        self.image: Optional[str] = self.raw.get("image")
+        self.size_bytes: int = int(self.raw.get("size_bytes") or 0)
+        self.paused_ms: int = int(self.raw.get("paused_ms") or 0)
+        self.created_at: Optional[str] = self.raw.get("created_at")
+
+    @property
+    def snapshot_id(self) -> str:
+        return self.id
+
+    @property
+    def checkpoint_type(self) -> CheckpointType:
+        return CheckpointType(self.type) if self.type in ("filesystem", "memory") else CheckpointType.FILESYSTEM
+
+    @staticmethod
+    def list(sandbox: Union[str, "Sandbox", None] = None, *, url: Optional[str] = None, api_key: Optional[str] = None,
+             client: Optional[Client] = None) -> List["Snapshot"]:
+        """Every snapshot, or those of one sandbox (id, name or Sandbox), newest first."""
+        c = resolve_client(client, url, api_key)
+        ref = sandbox.id if isinstance(sandbox, Sandbox) else sandbox
+        doc = c.request_json("GET", "/v1/snapshots", {"sandbox": ref} if ref else None) or {}
+        return [Snapshot(s, c) for s in doc.get("snapshots") or []]
+
+    @staticmethod
+    def get(snapshot_id: str, *, url: Optional[str] = None, api_key: Optional[str] = None,
+            client: Optional[Client] = None) -> "Snapshot":
+        """One snapshot by id; NotFoundError when there is none."""
+        c = resolve_client(client, url, api_key)
+        return Snapshot(c.request_json("GET", "/v1/snapshots/" + quote(snapshot_id)), c)
+
+    def delete(self_or_id: Union["Snapshot", str], *, url: Optional[str] = None, api_key: Optional[str] = None,
+               client: Optional[Client] = None) -> None:
+        """Deletes a snapshot and frees its space: ``snap.delete()`` or
+        ``Snapshot.delete("snap_…")``. Sandboxes restored from it are not
+        affected."""
+        if isinstance(self_or_id, Snapshot):
+            c = client or self_or_id._client
+            sid = self_or_id.id
+        else:
+            c = resolve_client(client, url, api_key)
+            sid = str(self_or_id)
+        c.request_json("DELETE", "/v1/snapshots/" + quote(sid))
+
+    def to_dict(self) -> Dict[str, Any]:
+        return dict(self.raw)
+
+    def __repr__(self) -> str:
+        return "Snapshot(id=%r, type=%r, sandbox_id=%r, size_bytes=%r)" % (
+            self.id, self.type, self.sandbox_id, self.size_bytes)
+
+
+class ForkResult(list):
+    """The branches of ``Sandbox.fork``: a list of Sandbox, with the memory
+    snapshot they were restored from as ``snapshot``."""
+
+    def __init__(self, sandboxes: Iterable["Sandbox"], snapshot: Optional[Snapshot]):
+        super().__init__(sandboxes)
+        self.snapshot = snapshot
+
+
+class Files:
+    """The files of a sandbox (``sandbox.files``). Paths are sandbox paths; a
+    relative path is relative to /workspace."""
+
+    def __init__(self, sandbox: "Sandbox"):
+        self._sb = sandbox
+
+    def read(self, path: str, format: str = "text") -> Union[str, bytes]:
+        """The content of a file: ``format="text"`` (default) decodes it as
+        UTF-8 into a str, ``format="bytes"`` returns bytes."""
+        data = self._sb._client.request_bytes("GET", sandbox_path(self._sb.id, "/files"), {"path": path})
+        if format == "bytes":
+            return data
+        if format != "text":
+            raise ValueError('format must be "text" or "bytes", not %r' % (format,))
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            from .errors import InvalidArgumentError
+
+            raise InvalidArgumentError("invalid_argument", "%s is not UTF-8 text; read it with format=\"bytes\"" % path, 400) from None
+
+    def read_bytes(self, path: str) -> bytes:
+        return self._sb._client.request_bytes("GET", sandbox_path(self._sb.id, "/files"), {"path": path})
+
+    def write(self, path: str, data: Union[str, bytes, bytearray, memoryview, Any], mode: Optional[int] = None) -> WriteInfo:
+        """Writes a file (str as UTF-8, bytes, or a binary file object read to
+        its end), creating parent directories and replacing the file.
+        ``mode`` sets its permission bits (default 0644)."""
+        if isinstance(data, str):
+            body = data.encode("utf-8")
+        elif isinstance(data, (bytes, bytearray, memoryview)):
+            body = bytes(data)
+        elif hasattr(data, "read"):
+            body = data.read()
+            if isinstance(body, str):
+                body = body.encode("utf-8")
+        else:
+            raise TypeError("data must be str, bytes or a file object, not %s" % type(data).__name__)
+        q: Dict[str, Any] = {"path": path}
+        if mode is not None:
+            q["mode"] = "%04o" % (mode & 0o777)
+        raw = self._sb._client.request_bytes("PUT", sandbox_path(self._sb.id, "/files"), q, body,
+                                             "application/octet-stream", accept="application/json")
+        return WriteInfo(json.loads(raw.decode("utf-8")) if raw.strip() else {"path": path, "size": len(body)})
+
+    def list(self, path: str = "/workspace") -> List[FileInfo]:
+        """The entries of a directory."""
+        doc = self._sb._client.request_json("GET", sandbox_path(self._sb.id, "/files/list"), {"path": path}) or {}
+        return [FileInfo(e) for e in doc.get("entries") or []]
+
+    def exists(self, path: str) -> bool:
+        """True when path names a file or directory."""
+        import posixpath
+
+        parent, base = posixpath.split(path.rstrip("/") or "/")
+        if not base:
+            return True
+        try:
+            return any(e.name == base for e in self.list(parent or "."))
+        except NotFoundError:
+            return False
+
+    def remove(self, path: str, recursive: bool = False) -> None:
+        """Removes a file or an empty directory; with ``recursive`` a
+        directory and everything in it."""
+        q: Dict[str, Any] = {"path": path}
+        if recursive:
+            q["recursive"] = "true"
+        self._sb._client.request_json("DELETE", sandbox_path(self._sb.id, "/files"), q)
+
+
+def _is_cell_failure(err: Optional[ExecutionError]) -> bool:
+    # The daemon's own TimeoutError and KernelDied come without a traceback;
+    # a TimeoutError that the user's code raised has one.
+    return err is not None and err.name in ("TimeoutError", "KernelDied") and not err.traceback
+
+
+def raise_for_cell_failure(ex: Execution) -> None:
+    """Raises CellTimeoutError or KernelDiedError when the daemon reported
+    that the cell timed out or its kernel died."""
+    err = ex.error
+    if not _is_cell_failure(err):
+        return
+    assert err is not None
+    if err.name == "TimeoutError":
+        raise CellTimeoutError("timeout", err.value, 200, execution=ex)
+    raise KernelDiedError("kernel_died", err.value, 200, execution=ex)
+
+
+class Sandbox:
+    """A handle on one sandbox of a forkbox daemon. Make one with
+    :meth:`create` or :meth:`connect`; see the module doc."""
+
+    def __init__(self, info: Union[SandboxInfo, Dict[str, Any]], client: Optional[Client] = None):
+        if isinstance(info, dict):
+            info = SandboxInfo(info)
+        self._client = client or Client()
+        self._info = info
+        self.id: str = info.id
+        self.name: Optional[str] = info.name or None
+        self._closed = False
+
+    # -- construction -------------------------------------------------------
+
+    @classmethod
+    def create(cls, name: Optional[str] = None, image: Union[str, Image, None] = None,
+               snapshot_id: Union[str, Snapshot, None] = None, cpus: Optional[float] = None,
+               memory_mb: Optional[int] = None, disk_mb: Optional[int] = None,
+               timeout_secs: Optional[int] = None, allow_internet_access: bool = False,
+               env: Optional[Mapping[str, str]] = None, labels: Optional[Mapping[str, str]] = None,
+               pool: Optional[str] = None, *, pids_limit: Optional[int] = None,
+               max_lifetime_secs: Optional[int] = None, auto_resume: Optional[bool] = None,
+               url: Optional[str] = None, api_key: Optional[str] = None, client: Optional[Client] = None,
+               request_timeout: Optional[float] = None) -> "Sandbox":
+        """Starts a sandbox and returns it running.
+
+        From ``image`` (default "python") or from ``snapshot_id`` (a Snapshot
+        or its id: a memory snapshot is a warm start with the kernels'
+        variables, a filesystem one a cold boot with the files). ``name``
+        makes it a named sandbox, suspended rather than terminated when idle
+        for ``timeout_secs``; ``pool`` takes a ready one from a warm pool.
+        ``url`` and ``api_key`` default to FORKBOX_URL and FORKBOX_API_KEY."""
+        c = resolve_client(client, url, api_key, request_timeout)
+        if isinstance(snapshot_id, Snapshot):
+            snapshot_id = snapshot_id.id
+        if image is not None and not isinstance(image, str):
+            image = image.name  # an Image or an ImageInfo
+        body = compact({
+            "name": name, "image": image, "snapshot_id": snapshot_id, "cpus": cpus, "memory_mb": memory_mb,
+            "disk_mb": disk_mb, "timeout_secs": timeout_secs, "pids_limit": pids_limit,
+            "max_lifetime_secs": max_lifetime_secs, "env": dict(env) if env else None,
+            "labels": dict(labels) if labels else None, "pool": pool, "auto_resume": auto_resume,
+        })
+        if allow_internet_access:
+            body["allow_internet_access"] = True
+        return cls(SandboxInfo(c.request_json("POST", "/v1/sandboxes", None, body)), c)
+
+    @classmethod
+    def connect(cls, name_or_id: str, *, resume: bool = False, url: Optional[str] = None,
+                api_key: Optional[str] = None, client: Optional[Client] = None,
+                request_timeout: Optional[float] = None) -> "Sandbox":
+        """A handle on an existing sandbox, by id or name; NotFoundError when
+        there is none. A suspended sandbox is resumed by the first call that
+        needs it running (or now, with ``resume=True``; ``resume()`` does the
+        same)."""
+        c = resolve_client(client, url, api_key, request_timeout)
+        sb = cls(SandboxInfo(c.request_json("GET", sandbox_path(name_or_id))), c)
+        if resume:
+            sb.resume()
+        return sb
+
+    @staticmethod
+    def list(state: Optional[str] = None, name: Optional[str] = None, labels: Optional[Mapping[str, str]] = None,
+             *, url: Optional[str] = None, api_key: Optional[str] = None,
+             client: Optional[Client] = None) -> List[SandboxInfo]:
+        """The sandboxes, filtered by state, name and labels (all must match)."""
+        c = resolve_client(client, url, api_key)
+        q: Dict[str, Any] = compact({"state": state, "name": name})
+        if labels:
+            q["label"] = ["%s:%s" % (k, v) for k, v in sorted(labels.items())]
+        doc = c.request_json("GET", "/v1/sandboxes", q) or {}
+        return [SandboxInfo(s) for s in doc.get("sandboxes") or []]
+
+    # -- state --------------------------------------------------------------
+
+    def info(self) -> SandboxInfo:
+        """The sandbox as the daemon reports it now (state, limits, usage)."""
+        self._info = SandboxInfo(self._client.request_json("GET", sandbox_path(self.id)))
+        self.name = self._info.name or None
+        return self._info
+
+    @property
+    def state(self) -> str:
+        """The current state: creating, running, suspending, suspended,
+        resuming, terminated or error (asks the daemon)."""
+        return self.info().state
+
+    @property
+    def sandbox_id(self) -> str:
+        return self.id
+
+    @property
+    def client(self) -> Client:
+        return self._client
+
+    @property
+    def files(self) -> Files:
+        return Files(self)
+
+    def __repr__(self) -> str:
+        return "Sandbox(id=%r%s)" % (self.id, ", name=%r" % self.name if self.name else "")
+
+    def __enter__(self) -> "Sandbox":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- commands and code --------------------------------------------------
+
+    def run(self, cmd: str, args: Optional[Iterable[str]] = None, env: Optional[Mapping[str, str]] = None,
+            cwd: Optional[str] = None, timeout: Optional[float] = None, *, stdin: Optional[Union[str, bytes]] = None,
+            on_stdout: Optional[OutputHandler] = None, on_stderr: Optional[OutputHandler] = None) -> CommandResult:
+        """Runs a command and waits for it: ``run("python3", ["-c", code])``.
+        With ``args`` None, a ``cmd`` with spaces is a shell line
+        (``run("ls -la /workspace")`` runs ``sh -c``). ``timeout`` (seconds)
+        kills it then (``timed_out`` is set). With ``on_stdout`` /
+        ``on_stderr`` the output is also handed over as it is produced. A
+        non-zero exit is a result, not an exception."""
+        if args is None and any(ch.isspace() for ch in cmd.strip()):
+            cmd, args = "sh", ["-c", cmd]
+        if isinstance(stdin, bytes):
+            stdin = stdin.decode("utf-8")
+        body = compact({"cmd": cmd, "args": [str(a) for a in args] if args is not None else None,
+                        "env": dict(env) if env else None, "cwd": cwd, "stdin": stdin,
+                        "timeout_secs": float(timeout) if timeout is not None else None})
+        path = sandbox_path(self.id, "/exec")
+        if on_stdout is None and on_stderr is None:
+            return CommandResult(self._client.request_json("POST", path, None, body))
+        out: List[str] = []
+        err: List[str] = []
+
+        def on_plain(doc: Dict[str, Any]) -> CommandResult:
+            if on_stdout and doc.get("stdout"):
+                on_stdout(doc["stdout"])
+            if on_stderr and doc.get("stderr"):
+                on_stderr(doc["stderr"])
+            return CommandResult(doc)
+
+        def on_event(ev):
+            if ev.name in ("stdout", "stderr"):
+                chunk = (decode_event(ev) or {}).get("data") or ""
+                if chunk:
+                    (out if ev.name == "stdout" else err).append(chunk)
+                    fn = on_stdout if ev.name == "stdout" else on_stderr
+                    if fn:
+                        fn(chunk)
+            elif ev.name == "exit":
+                doc = decode_event(ev) or {}
+                doc["stdout"] = "".join(out)
+                doc["stderr"] = "".join(err)
+                return True, CommandResult(doc)
+            elif ev.name == "error":
+                raise failure_error(ev)
+            return False, None
+
+        return self._client.stream("POST", path, json.dumps(body).encode("utf-8"), "application/json",
+                                   on_plain, on_event, "exec")
+
+    def run_code(self, code: str, context: Union[str, CodeContext, None] = None, language: Optional[str] = None,
+                 timeout: Optional[float] = None, on_stdout: Optional[OutputHandler] = None,
+                 on_stderr: Optional[OutputHandler] = None, on_result: Optional[Callable[[Result], Any]] = None,
+                 on_error: Optional[Callable[[ExecutionError], Any]] = None, *,
+                 env: Optional[Mapping[str, str]] = None, raise_on_failure: bool = True) -> Execution:
+        """Runs a cell of code in a context (the language's default context
+        unless ``context`` names one) and returns its Execution: results,
+        logs, error, execution_count. Variables persist between calls.
+
+        An exception raised by the code (NameError, ...) is in
+        ``execution.error``, not raised. When the cell cannot finish, the call
+        raises, with the partial execution on the exception: past ``timeout``
+        seconds the cell is interrupted and CellTimeoutError is raised (the
+        variables are kept); when the kernel dies (out of memory, killed)
+        KernelDiedError is raised (the next call starts a fresh kernel). With
+        ``raise_on_failure=False`` both come back in ``execution.error``
+        instead, named TimeoutError and KernelDied.
+
+        With any of the ``on_*`` callbacks the cell's output, results and
+        error are handed over as they are produced (server-sent events)."""
+        if isinstance(context, CodeContext):
+            context = context.id
+        body = compact({"code": code, "language": language, "context": context, "env": dict(env) if env else None})
+        if timeout is not None:
+            body["timeout_ms"] = max(1, int(round(float(timeout) * 1000)))
+        path = sandbox_path(self.id, "/code")
+        if not (on_stdout or on_stderr or on_result or on_error):
+            ex = Execution.from_dict(self._client.request_json("POST", path, None, body) or {})
+        else:
+            ex = self._client.stream("POST", path, json.dumps(body).encode("utf-8"), "application/json",
+                                     lambda doc: _replay(Execution.from_dict(doc), on_stdout, on_stderr, on_result, on_error),
+                                     _code_event_handler(on_stdout, on_stderr, on_result, on_error), "code")
+        if raise_on_failure:
+            raise_for_cell_failure(ex)
+        return ex
+
+    def create_code_context(self, language: Optional[str] = None, cwd: Optional[str] = None,
+                            env: Optional[Mapping[str, str]] = None) -> CodeContext:
+        """Starts a new context (a kernel with its own variables, working
+        directory and environment); pass it as ``run_code(context=…)``."""
+        body = compact({"language": language, "cwd": cwd, "env": dict(env) if env else None})
+        return CodeContext(self._client.request_json("POST", sandbox_path(self.id, "/contexts"), None, body))
+
+    def list_code_contexts(self) -> List[CodeContext]:
+        doc = self._client.request_json("GET", sandbox_path(self.id, "/contexts")) or {}
+        return [CodeContext(c) for c in doc.get("contexts") or []]
+
+    def restart_code_context(self, context: Union[str, CodeContext]) -> CodeContext:
+        """Restarts a context's kernel: its variables are gone."""
+        return CodeContext(self._client.request_json("POST", self._context_path(context, "/restart")))
+
+    def interrupt_code_context(self, context: Union[str, CodeContext]) -> CodeContext:
+        """Interrupts the cell running in a context; variables are kept."""
+        return CodeContext(self._client.request_json("POST", self._context_path(context, "/interrupt")))
+
+    def remove_code_context(self, context: Union[str, CodeContext]) -> None:
+        self._client.request_json("DELETE", self._context_path(context, ""))
+
+    def _context_path(self, context: Union[str, CodeContext], suffix: str) -> str:
+        cid = context.id if isinstance(context, CodeContext) else str(context)
+        if not cid:
+            raise ValueError("context id is empty")
+        return sandbox_path(self.id, "/contexts/" + quote(cid) + suffix)
+
+    # -- snapshots and lifecycle --------------------------------------------
+
+    def checkpoint(self, checkpoint_type: Union[CheckpointType, str] = CheckpointType.FILESYSTEM,
+                   name: Optional[str] = None) -> Snapshot:
+        """Saves the sandbox's state as a snapshot; the sandbox keeps
+        running. FILESYSTEM (default) saves the disk; MEMORY also saves
+        memory and processes, so a restore is a warm start."""
+        kind = CheckpointType(checkpoint_type).value
+        body = compact({"type": kind, "name": name})
+        return Snapshot(self._client.request_json("POST", sandbox_path(self.id, "/checkpoint"), None, body), self._client)
+
+    def snapshots(self) -> List[Snapshot]:
+        """This sandbox's snapshots, newest first."""
+        return Snapshot.list(self.id, client=self._client)
+
+    def fork(self, n: int = 1, names: Optional[Iterable[str]] = None) -> ForkResult:
+        """Takes a memory snapshot and starts ``n`` new sandboxes from it
+        (named by ``names`` when given), each then diverging on its own.
+        Returns them as a list with the snapshot as ``.snapshot``."""
+        body = compact({"count": int(n), "names": list(names) if names is not None else None})
+        doc = self._client.request_json("POST", sandbox_path(self.id, "/fork"), None, body) or {}
+        snap = Snapshot(doc["snapshot"], self._client) if doc.get("snapshot") else None
+        return ForkResult((Sandbox(SandboxInfo(s), self._client) for s in doc.get("sandboxes") or []), snap)
+
+    def suspend(self) -> SandboxInfo:
+        """Saves the sandbox to disk with memory and processes and frees its
+        CPU and RAM. Suspending a suspended sandbox does nothing."""
+        try:
+            self._info = SandboxInfo(self._client.request_json("POST", sandbox_path(self.id, "/suspend")))
+        except ConflictError:
+            info = self.info()
+            if info.state != "suspended":
+                raise
+        return self._info
+
+    def resume(self) -> SandboxInfo:
+        """Brings a suspended sandbox back with its files, processes and
+        variables, under the same id and name. Resuming a running sandbox
+        does nothing (so ``connect(name)`` then ``resume()`` always works)."""
+        try:
+            self._info = SandboxInfo(self._client.request_json("POST", sandbox_path(self.id, "/resume")))
+        except ConflictError:
+            info = self.info()
+            if info.state != "running":
+                raise
+        return self._info
+
+    def terminate(self) -> SandboxInfo:
+        """Terminates the sandbox and frees everything it holds, named or not.
+        Its snapshots stay."""
+        self._info = SandboxInfo(self._client.request_json("DELETE", sandbox_path(self.id)))
+        self._closed = True
+        return self._info
+
+    kill = terminate
+
+    def close(self) -> None:
+        """Done with this handle: an unnamed (ephemeral) sandbox is
+        terminated; a named one is left to the daemon, which suspends it when
+        idle so that ``connect(name)`` finds it later. Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.name:
+            return
+        try:
+            self.terminate()
+        except (NotFoundError, ConflictError):
+            pass
+
+
+def _code_event_handler(on_stdout, on_stderr, on_result, on_error):
+    def on_event(ev):
+        if ev.name in ("stdout", "stderr"):
+            chunk = (decode_event(ev) or {}).get("data") or ""
+            fn = on_stdout if ev.name == "stdout" else on_stderr
+            if fn and chunk:
+                fn(chunk)
+        elif ev.name == "result":
+            doc = decode_event(ev)
+            if on_result and isinstance(doc, dict):
+                on_result(Result(doc))
+        elif ev.name == "error":
+            doc = decode_event(ev)
+            if on_error and isinstance(doc, dict):
+                on_error(ExecutionError.from_dict(doc))
+        elif ev.name == "done":
+            return True, Execution.from_dict(decode_event(ev) or {})
+        elif ev.name == "failure":
+            raise failure_error(ev)
+        # Other events are from a newer daemon.
+        return False, None
+
+    return on_event
+
+
+def _replay(ex: Execution, on_stdout, on_stderr, on_result, on_error) -> Execution:
+    """Hands a whole execution to the callbacks (a daemon that ignored the
+    request for a stream)."""
+    for s in ex.logs.stdout:
+        if on_stdout and s:
+            on_stdout(s)
+    for s in ex.logs.stderr:
+        if on_stderr and s:
+            on_stderr(s)
+    for r in ex.results:
+        if on_result:
+            on_result(r)
+    if on_error and ex.error:
+        on_error(ex.error)
+    return ex
+
+
+def create_pool(name: str, size: int, snapshot_id: Union[str, Snapshot, None] = None, image: Optional[str] = None,
+                *, url: Optional[str] = None, api_key: Optional[str] = None, client: Optional[Client] = None) -> Pool:
+    """Creates a warm pool of ``size`` ready sandboxes restored from a golden
+    snapshot (or started from an image); ``Sandbox.create(pool=name)`` then
+    hands one out at once."""
+    c = resolve_client(client, url, api_key)
+    if isinstance(snapshot_id, Snapshot):
+        snapshot_id = snapshot_id.id
+    body = compact({"name": name, "size": size, "snapshot_id": snapshot_id, "image": image})
+    return Pool(c.request_json("POST", "/v1/pools", None, body))
+
+
+def list_pools(*, url: Optional[str] = None, api_key: Optional[str] = None, client: Optional[Client] = None) -> List[Pool]:
+    c = resolve_client(client, url, api_key)
+    return [Pool(p) for p in (c.request_json("GET", "/v1/pools") or {}).get("pools") or []]
+
+
+def delete_pool(name: str, *, url: Optional[str] = None, api_key: Optional[str] = None,
+                client: Optional[Client] = None) -> None:
+    c = resolve_client(client, url, api_key)
+    c.request_json("DELETE", "/v1/pools/" + quote(name))
+
+
+
+def __getattr__(name: str) -> Any:
+    # forkbox.sandbox.AsyncSandbox, as other SDKs place it (aio imports this
+    # module, so it is looked up lazily).
+    if name in ("AsyncSandbox", "AsyncFiles", "AsyncSnapshot"):
+        from . import aio
+
+        return getattr(aio, name)
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))
