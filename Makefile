@@ -18,10 +18,13 @@ SUDO := $(shell if [ "$$(id -u)" -ne 0 ]; then command -v sudo; fi)
 
 all: build
 
-# Static binary: it is bind-mounted into sandboxes whose root may lack glibc.
+# Static binaries: bin/forkbox, and bin/forkbox-agent beside it, the init and
+# agent of sandboxes without the daemon's dependencies (bind-mounted into
+# sandboxes whose root may lack glibc; forkbox uses it when it is beside it).
 # A phony target so Go's own cache decides what to rebuild.
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN) ./cmd/forkbox
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)-agent ./cmd/forkbox-agent
 
 setup:
 	@if [ "$$(id -u)" -ne 0 ]; then \

@@ -51,13 +51,16 @@ func ensureDefaultImage(ctx context.Context, b *build.Builder, mgr *sandbox.Mana
 // starting a daemon, sending the build log to emit. `make run` and `make test`
 // run it (forkbox prepare), so that no daemon waits minutes for its first
 // image.
-func Prepare(ctx context.Context, cfg Config, emit func(api.BuildEvent)) (*image.Image, error) {
+func Prepare(ctx context.Context, cfg Config, emit func(api.BuildEvent)) (_ *image.Image, err error) {
 	if cfg.DataDir == "" {
 		return nil, fmt.Errorf("--data-dir is empty")
 	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
+	}
+	if cfg.Binary, err = SandboxBinary(cfg.Binary); err != nil {
+		return nil, err
 	}
 	store, err := image.Open(cfg.imagesDir())
 	if err != nil {

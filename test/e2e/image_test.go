@@ -37,12 +37,16 @@ func buildImage(t *testing.T, d *daemon, r api.Recipe, contextDir string) (*api.
 	return img, events
 }
 
+// recipeNonce makes this run's recipe layers new: the store keeps
+// unreferenced layers for an hour, and the first build must really run.
+var recipeNonce = fmt.Sprint(time.Now().UnixNano())
+
 // moduleRecipe is a recipe on the default image: a module written into
 // site-packages by a run step, an env var and a working directory that no
 // one created.
 func moduleRecipe(name string) api.Recipe {
 	return api.Recipe{Name: name, Base: "python", Steps: []api.RecipeStep{
-		{Run: "printf 'ANSWER = 42\\n' > /usr/lib/python3/dist-packages/fbmod.py && echo wrote fbmod"},
+		{Run: "printf 'ANSWER = 42\\n' > /usr/lib/python3/dist-packages/fbmod.py && echo wrote fbmod " + recipeNonce},
 		{Env: map[string]string{"FB_GREETING": "hello from the recipe"}},
 		{Workdir: "/srv/app"},
 	}}
