@@ -155,6 +155,33 @@ func (c *snapClient) code(ctx context.Context, id, cell string) (*api.Execution,
 }
 
 // shape runs df.shape and checks the answer.
+// coldRun is one cold path: creating a sandbox, then building the DataFrame
+// and asking df.shape in one cell.
+type coldRun struct {
+	create, first time.Duration // create request; the cell to its answer
+	cellMS        float64       // the cell's duration_ms in the sandbox
+}
+
+// coldPath runs the cold path once with memMB and removes the sandbox: what a
+// restore or a resume is compared with.
+func (c *snapClient) coldPath(ctx context.Context, memMB int64) (coldRun, error) {
+	t0 := time.Now()
+	sb, err := c.create(ctx, api.CreateSandboxRequest{MemoryMB: &memMB})
+	t1 := time.Now()
+	if err != nil {
+		return coldRun{}, fmt.Errorf("cold create: %w", err)
+	}
+	ex, err := c.code(ctx, sb.ID, dfCell+"\n"+shapeCell)
+	t2 := time.Now()
+	if err != nil {
+		return coldRun{}, err
+	}
+	if got := mainText(ex); got != wantShape {
+		return coldRun{}, fmt.Errorf("cold path: df.shape gave %q", got)
+	}
+	return coldRun{create: t1.Sub(t0), first: t2.Sub(t1), cellMS: float64(ex.DurationMS)}, c.remove(ctx, sb.ID)
+}
+
 func (c *snapClient) shape(ctx context.Context, id string) error {
 	ex, err := c.code(ctx, id, shapeCell)
 	if err != nil {
@@ -388,25 +415,15 @@ func benchRestore(b *testing.B, c *snapClient, src string, res *snapResults) {
 		return c.remove(ctx, sb.ID)
 	}
 	cold := func() error {
-		t0 := time.Now()
-		sb, err := c.create(ctx, api.CreateSandboxRequest{MemoryMB: &mem})
-		t1 := time.Now()
-		if err != nil {
-			return fmt.Errorf("create: %w", err)
-		}
-		ex, err := c.code(ctx, sb.ID, dfCell+"\n"+shapeCell)
-		t2 := time.Now()
+		r, err := c.coldPath(ctx, mem)
 		if err != nil {
 			return err
 		}
-		if got := mainText(ex); got != wantShape {
-			return fmt.Errorf("cold path: df.shape gave %q", got)
-		}
-		res.coldTotal = append(res.coldTotal, t2.Sub(t0))
-		res.coldCreate = append(res.coldCreate, t1.Sub(t0))
-		res.coldFirst = append(res.coldFirst, t2.Sub(t1))
-		res.coldCellMS = append(res.coldCellMS, float64(ex.DurationMS))
-		return c.remove(ctx, sb.ID)
+		res.coldTotal = append(res.coldTotal, r.create+r.first)
+		res.coldCreate = append(res.coldCreate, r.create)
+		res.coldFirst = append(res.coldFirst, r.first)
+		res.coldCellMS = append(res.coldCellMS, r.cellMS)
+		return nil
 	}
 	// Interleaved, alternating which goes first, so load changes on a
 	// shared machine hit both alike.

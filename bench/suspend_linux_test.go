@@ -293,25 +293,15 @@ func benchSusResume(b *testing.B, c *snapClient, res *susResults) {
 		return nil
 	}
 	cold := func() error {
-		t0 := time.Now()
-		sb, err := c.create(ctx, api.CreateSandboxRequest{MemoryMB: &mem})
-		t1 := time.Now()
-		if err != nil {
-			return fmt.Errorf("cold create: %w", err)
-		}
-		ex, err := c.code(ctx, sb.ID, dfCell+"\n"+shapeCell)
-		t2 := time.Now()
+		r, err := c.coldPath(ctx, mem)
 		if err != nil {
 			return err
 		}
-		if got := mainText(ex); got != wantShape {
-			return fmt.Errorf("cold path: df.shape gave %q", got)
-		}
-		res.cold = append(res.cold, t2.Sub(t0))
-		res.coldCreate = append(res.coldCreate, t1.Sub(t0))
-		res.coldFirst = append(res.coldFirst, t2.Sub(t1))
-		res.coldCellMS = append(res.coldCellMS, float64(ex.DurationMS))
-		return c.remove(ctx, sb.ID)
+		res.cold = append(res.cold, r.create+r.first)
+		res.coldCreate = append(res.coldCreate, r.create)
+		res.coldFirst = append(res.coldFirst, r.first)
+		res.coldCellMS = append(res.coldCellMS, r.cellMS)
+		return nil
 	}
 	// Interleaved, the order rotating each cycle, so load changes on a
 	// shared machine hit all three alike.
