@@ -6,14 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
-
-	"github.com/forkbox/forkbox/internal/errdefs"
 )
 
 // DefaultAnthropicBaseURL is Anthropic's own endpoint.
@@ -54,13 +51,9 @@ type anthropicProvider struct {
 // NewAnthropic returns a provider for Anthropic's messages API, using the
 // official SDK with streaming. It reads nothing from the environment itself.
 func NewAnthropic(cfg AnthropicConfig) (Provider, error) {
-	base := strings.TrimSpace(cfg.BaseURL)
-	if base == "" {
-		base = DefaultAnthropicBaseURL
-	}
-	u, err := url.Parse(base)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, errdefs.Unavailable("chat: ANTHROPIC_BASE_URL %q is not an http(s) URL, like https://api.anthropic.com", base)
+	base, err := baseURL(cfg.BaseURL, DefaultAnthropicBaseURL, "ANTHROPIC_BASE_URL", "https://api.anthropic.com")
+	if err != nil {
+		return nil, err
 	}
 	p := &anthropicProvider{baseURL: strings.TrimRight(base, "/"), model: cfg.Model, maxTokens: cfg.MaxTokens, timeout: cfg.Timeout}
 	if p.model == "" {

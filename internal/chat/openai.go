@@ -52,13 +52,9 @@ type openAIProvider struct {
 // NewOpenAI returns a provider for an OpenAI-compatible chat-completions
 // endpoint, using the official SDK with streaming.
 func NewOpenAI(cfg OpenAIConfig) (Provider, error) {
-	base := strings.TrimSpace(cfg.BaseURL)
-	if base == "" {
-		base = DefaultOpenAIBaseURL
-	}
-	u, err := url.Parse(base)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, errdefs.Unavailable("chat: OPENAI_BASE_URL %q is not an http(s) URL, like https://api.openai.com/v1 or http://localhost:11434/v1", base)
+	base, err := baseURL(cfg.BaseURL, DefaultOpenAIBaseURL, "OPENAI_BASE_URL", "https://api.openai.com/v1 or http://localhost:11434/v1")
+	if err != nil {
+		return nil, err
 	}
 	key := cfg.APIKey
 	if key == "" {
@@ -84,6 +80,20 @@ func NewOpenAI(cfg OpenAIConfig) (Provider, error) {
 		option.WithMaxRetries(retries(cfg.MaxRetries)),
 	)
 	return p, nil
+}
+
+// baseURL returns a provider's base URL (def when unset), refusing one that
+// is not an absolute http(s) URL with a message naming its variable.
+func baseURL(base, def, envName, example string) (string, error) {
+	base = strings.TrimSpace(base)
+	if base == "" {
+		base = def
+	}
+	u, err := url.Parse(base)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "", errdefs.Unavailable("chat: %s %q is not an http(s) URL, like %s", envName, base, example)
+	}
+	return base, nil
 }
 
 func retries(n int) int {
