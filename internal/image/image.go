@@ -31,6 +31,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/forkbox/forkbox/internal/durable"
 	"github.com/forkbox/forkbox/internal/errdefs"
 )
 
@@ -199,52 +200,17 @@ func (s *Store) List(ctx context.Context) ([]*Image, error) {
 	return out, nil
 }
 
-// writeMeta writes img as dir/image.json durably: temp name, fsync, rename.
+// writeMeta writes img as dir/image.json durably.
 func writeMeta(dir string, img *Image) error {
 	data, err := json.MarshalIndent(img, "", "  ")
 	if err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, tmpPrefix+metaFile+"-")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	if _, err := f.Write(append(data, '\n')); err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return err
-	}
-	if err := f.Chmod(0o644); err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return err
-	}
-	if err := f.Close(); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, metaFile)); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return syncDir(dir)
+	return durable.WriteFile(filepath.Join(dir, metaFile), append(data, '\n'), 0o644)
 }
 
 // syncDir fsyncs a directory so that renames inside it are durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
-}
+func syncDir(dir string) error { return durable.SyncDir(dir) }
 
 // treeSize returns the apparent size of the regular files and symlinks
 // under root, without following symlinks.

@@ -27,6 +27,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/forkbox/forkbox/internal/durable"
 	"github.com/forkbox/forkbox/internal/errdefs"
 )
 
@@ -144,7 +145,7 @@ func (p *Pending) Commit() (size int64, checksum string, err error) {
 	if err != nil {
 		return 0, "", err
 	}
-	if err := writeSync(filepath.Join(p.dir, manifestName), b); err != nil {
+	if err := durable.WriteFile(filepath.Join(p.dir, manifestName), b, 0o600); err != nil {
 		return 0, "", err
 	}
 	for i := len(dirs) - 1; i >= 0; i-- {
@@ -226,27 +227,4 @@ func hashFile(path string, fsync bool) (string, int64, error) {
 	return hex.EncodeToString(h.Sum(nil)), n, nil
 }
 
-func writeSync(path string, b []byte) error {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
-}
+func syncDir(dir string) error { return durable.SyncDir(dir) }
