@@ -23,7 +23,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -31,6 +30,7 @@ import (
 	"github.com/forkbox/forkbox/internal/agent"
 	"github.com/forkbox/forkbox/internal/chat"
 	"github.com/forkbox/forkbox/internal/errdefs"
+	"github.com/forkbox/forkbox/internal/keylock"
 	"github.com/forkbox/forkbox/internal/sandbox"
 	"github.com/forkbox/forkbox/internal/store"
 )
@@ -62,8 +62,7 @@ type Service struct {
 	mgr   *sandbox.Manager
 	log   *slog.Logger
 
-	mu    sync.Mutex
-	locks map[string]*sync.Mutex // one question at a time per conversation
+	locks *keylock.Map // one question at a time per conversation
 }
 
 // New returns a Service keeping conversations in st and sandboxes in mgr.
@@ -89,7 +88,7 @@ func New(st store.ConversationStore, mgr *sandbox.Manager, cfg Config) (*Service
 	if err := os.MkdirAll(cfg.UploadsDir, 0o700); err != nil {
 		return nil, fmt.Errorf("uploads dir: %w", err)
 	}
-	return &Service{cfg: cfg, store: st, mgr: mgr, log: cfg.Logger, locks: map[string]*sync.Mutex{}}, nil
+	return &Service{cfg: cfg, store: st, mgr: mgr, log: cfg.Logger, locks: keylock.New("conversation", conversationWait, nil)}, nil
 }
 
 // MaxUploadBytes is the upload limit.
@@ -372,17 +371,9 @@ func humanSize(n int64) string {
 	return fmt.Sprintf("%d KiB", n>>10)
 }
 
-func (s *Service) lock(id string) func() {
-	s.mu.Lock()
-	l := s.locks[id]
-	if l == nil {
-		l = &sync.Mutex{}
-		s.locks[id] = l
-	}
-	s.mu.Unlock()
-	l.Lock()
-	return l.Unlock
-}
+// conversationWait bounds how long a question waits for the conversation's
+// previous one to be answered before it is refused as busy.
+const conversationWait = 30 * time.Second
 
 // Ask answers a question in a conversation (a new one when none is named),
 // after putting the given CSV and uploads into its sandbox's /workspace.
@@ -437,7 +428,13 @@ func (s *Service) Ask(ctx context.Context, req *api.ChatRequest, emit func(api.C
 			return nil, err
 		}
 	}
-	unlock := s.lock(c.ID)
+	// A question waits (boundedly) for the conversation's previous one; the
+	// turn itself keeps the request's context, so a client that goes away
+	// stops it.
+	_, unlock, err := s.locks.Lock(ctx, c.ID, "question", keylock.Options{})
+	if err != nil {
+		return nil, err
+	}
 	defer unlock()
 	sandboxID, replaced, err := s.ensureSandbox(ctx, c)
 	if err != nil {

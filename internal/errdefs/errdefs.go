@@ -20,6 +20,7 @@ var (
 	ErrNotFound           = errors.New("not found")
 	ErrConflict           = errors.New("conflict")
 	ErrFailedPrecondition = errors.New("failed precondition")
+	ErrBusy               = errors.New("busy")
 	ErrTooLarge           = errors.New("too large")
 	ErrResourceExhausted  = errors.New("resource exhausted")
 	ErrTimeout            = errors.New("timeout")
@@ -58,6 +59,11 @@ func FailedPrecondition(format string, args ...any) error {
 	return newKind(ErrFailedPrecondition, format, args...)
 }
 
+// Busy reports an object that another operation holds for longer than a
+// caller may wait, such as a sandbox in the middle of a suspend (HTTP 409,
+// code "busy"): trying again later may succeed.
+func Busy(format string, args ...any) error { return newKind(ErrBusy, format, args...) }
+
 // TooLarge reports an oversized request (HTTP 413).
 func TooLarge(format string, args ...any) error { return newKind(ErrTooLarge, format, args...) }
 
@@ -95,6 +101,7 @@ var table = []struct {
 	{ErrNotFound, http.StatusNotFound, "not_found"},
 	{ErrConflict, http.StatusConflict, "conflict"},
 	{ErrFailedPrecondition, http.StatusConflict, "failed_precondition"},
+	{ErrBusy, http.StatusConflict, "busy"},
 	{ErrTooLarge, http.StatusRequestEntityTooLarge, "too_large"},
 	{ErrResourceExhausted, http.StatusTooManyRequests, "resource_exhausted"},
 	{ErrTimeout, http.StatusGatewayTimeout, "timeout"},
