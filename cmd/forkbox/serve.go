@@ -13,6 +13,7 @@ import (
 	"github.com/forkbox/forkbox/internal/agent"
 	"github.com/forkbox/forkbox/internal/daemon"
 	"github.com/forkbox/forkbox/internal/runtime"
+	"github.com/forkbox/forkbox/internal/sandbox"
 	"github.com/spf13/cobra"
 )
 
@@ -52,6 +53,12 @@ func serveCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&debug, "debug", false, "log every request")
 	cmd.Flags().Int64Var(&cfg.MaxUploadMB, "max-upload-mb", envInt("FORKBOX_MAX_UPLOAD_MB", 50),
 		"largest CSV a chat upload may be, in MiB (env FORKBOX_MAX_UPLOAD_MB)")
+	lockWait := sandbox.DefaultLockWait
+	if v, err := time.ParseDuration(os.Getenv("FORKBOX_LOCK_WAIT")); err == nil && v > 0 {
+		lockWait = v
+	}
+	cmd.Flags().DurationVar(&cfg.LockWait, "lock-wait", lockWait,
+		"longest a call waits for a sandbox that another operation (a suspend, resume, checkpoint, create) holds before it answers 409 busy (env FORKBOX_LOCK_WAIT)")
 	return cmd
 }
 

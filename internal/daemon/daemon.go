@@ -44,6 +44,9 @@ type Config struct {
 	// executable (see SandboxBinary).
 	Binary   string
 	Defaults sandbox.Defaults
+	// LockWait bounds every wait for a busy sandbox (default
+	// sandbox.DefaultLockWait).
+	LockWait time.Duration
 	Logger   *slog.Logger
 }
 
@@ -189,6 +192,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		return nil, err
 	}
 	mgr = sandbox.New(d.store, rt, images, snaps, defaults, log)
+	mgr.SetLockWait(cfg.LockWait)
 	builder := build.New(images, rt, build.Config{Logger: log})
 	mgr.SetImageBuilder(builder)
 	if h, err := criu.Check(ctx); err != nil {

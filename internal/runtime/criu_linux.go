@@ -86,8 +86,10 @@ func (r *Runtime) RestoreMemory(ctx context.Context, h *criu.Host, spec Spec, cr
 	dir := r.Dir(spec.ID)
 	info = &Info{Dir: dir, CgroupDir: r.cfg.CgroupParent}
 	var undo cleanup
+	ok := false // set just before the one successful return
 	defer func() {
-		if err != nil {
+		// On every other way out, a panic included, undo what was done.
+		if !ok {
 			if cerr := undo.run(); cerr != nil {
 				r.log.Error("unwinding failed restore", "sandbox", spec.ID, "err", cerr)
 			}
@@ -190,6 +192,7 @@ func (r *Runtime) RestoreMemory(ctx context.Context, h *criu.Host, spec Spec, cr
 	if err := r.Adopt(ctx, spec.ID, info); err != nil {
 		return nil, err
 	}
+	ok = true
 	return info, nil
 }
 

@@ -130,8 +130,10 @@ func (r *Runtime) Create(ctx context.Context, spec Spec) (info *Info, err error)
 		r.log.Debug("sandbox create steps (µs since start)", append([]any{"sandbox", spec.ID}, steps...)...)
 	}()
 	var undo cleanup
+	ok := false // set just before the one successful return
 	defer func() {
-		if err != nil {
+		// On every other way out, a panic included, undo what was done.
+		if !ok {
 			if cerr := undo.run(); cerr != nil {
 				r.log.Error("unwinding failed sandbox create", "sandbox", spec.ID, "err", cerr)
 			}
@@ -204,6 +206,7 @@ func (r *Runtime) Create(ctx context.Context, spec Spec) (info *Info, err error)
 		err := cmd.Wait()
 		return exitReason(err)
 	})
+	ok = true
 	return info, nil
 }
 
@@ -512,7 +515,7 @@ func exitReason(err error) string {
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return "sandbox init was killed by " + ws.Signal().String()
+			return "sandbox init was killed (" + unix.SignalName(ws.Signal()) + ")"
 		}
 		return fmt.Sprintf("sandbox init exited with status %d", ee.ExitCode())
 	}

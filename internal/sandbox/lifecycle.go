@@ -2,10 +2,12 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/forkbox/forkbox/api"
+	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/runtime"
 	"github.com/forkbox/forkbox/internal/store"
 )
@@ -139,7 +141,9 @@ func (m *Manager) reapOnce(ctx context.Context) {
 		case startSuspend:
 			// Named sandboxes keep their state: suspended, not terminated.
 			go func(l *live) {
-				if _, err := m.Suspend(context.Background(), l.id, reasonIdle); err != nil {
+				var err error
+				defer recoverTo(m.log, &err, "idle suspend")
+				if _, err = m.Suspend(context.Background(), l.id, reasonIdle); err != nil && !errors.Is(err, errdefs.ErrBusy) {
 					m.log.Error("suspend idle sandbox", "sandbox", l.id, "err", err)
 				}
 				l.mu.Lock()
@@ -161,7 +165,9 @@ func (m *Manager) reapOnce(ctx context.Context) {
 		}
 	}
 	for _, v := range victims {
-		if _, err := m.terminate(ctx, v.id, v.reason); err != nil {
+		// The reaper does not wait for a busy sandbox: it tries again at
+		// its next tick.
+		if _, err := m.terminate(ctx, v.id, v.reason, lockOpts{Wait: -1}); err != nil && !errors.Is(err, errdefs.ErrBusy) {
 			m.log.Error("reap sandbox", "sandbox", v.id, "err", err)
 		}
 	}

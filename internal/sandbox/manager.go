@@ -30,6 +30,7 @@ import (
 	"github.com/forkbox/forkbox/internal/criu"
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/image"
+	"github.com/forkbox/forkbox/internal/keylock"
 	"github.com/forkbox/forkbox/internal/runtime"
 	"github.com/forkbox/forkbox/internal/snapshot"
 	"github.com/forkbox/forkbox/internal/store"
@@ -71,6 +72,8 @@ type Manager struct {
 	criu        *criu.Host
 	criuProblem string
 	maxFork     int
+	lockWait    time.Duration // ceiling of every wait for a busy sandbox
+	locks       *keylock.Map  // lifecycle locks (lockOp)
 	images      Images
 	builder     ImageBuilder // nil: no builds or imports
 	defaults    Defaults
@@ -79,8 +82,7 @@ type Manager struct {
 	now         func() time.Time
 
 	mu    sync.Mutex
-	live  map[string]*live       // running sandboxes by id
-	locks map[string]*sync.Mutex // lifecycleLock
+	live  map[string]*live // running sandboxes by id
 	pools map[string]*pool
 
 	stop     chan struct{}
@@ -97,8 +99,8 @@ type live struct {
 	timeout  time.Duration
 	deadline time.Time // max lifetime; zero: none
 	// gate is held shared by every call and exclusively by a memory
-	// checkpoint, which needs no connection into the sandbox open.
-	gate        sync.RWMutex
+	// checkpoint or suspend, which need no connection into the sandbox open.
+	gate        *gate
 	suspending  bool // an idle suspend is under way (reaper goroutine only)
 	pooled      bool // ready in a warm pool: never idle-reaped
 	mu          sync.Mutex
@@ -127,7 +129,8 @@ func New(st store.Store, rt Runtime, images Images, snaps *snapshot.Store, d Def
 	}
 	return &Manager{
 		store: st, rt: rt, snapper: snapper, snaps: snaps, images: images, defaults: d, log: log,
-		criuProblem: "CRIU was not checked", maxFork: 16,
+		criuProblem: "CRIU was not checked", maxFork: 16, lockWait: DefaultLockWait,
+		locks:   keylock.New("sandbox", DefaultLockWait, errPreempted),
 		metrics: newMetrics(), now: time.Now,
 		live: map[string]*live{}, stop: make(chan struct{}), done: make(chan struct{}),
 	}
@@ -144,6 +147,16 @@ func (m *Manager) SetCRIU(h *criu.Host, problem string) {
 		problem = h.Problem
 	}
 	m.criu, m.criuProblem = nil, problem
+}
+
+// SetLockWait sets the ceiling of every wait for a sandbox that another
+// operation holds (default DefaultLockWait); past it the call answers 409
+// busy. Call before Start.
+func (m *Manager) SetLockWait(d time.Duration) {
+	if d > 0 {
+		m.lockWait = d
+		m.locks.SetWait(d)
+	}
 }
 
 // Metrics returns the Manager's Prometheus collectors.
@@ -253,17 +266,42 @@ func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest) (*a
 	if err != nil {
 		return nil, fmt.Errorf("image: %w", err)
 	}
+	id := newID("sbx_")
+	// The lock is the new sandbox's from before its record exists, so a
+	// delete that finds the record in state creating cancels this create
+	// and waits for it to unwind.
+	opCtx, unlock, err := m.lockOp(ctx, id, "create", lockOpts{})
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	now := m.now().UTC()
 	sb := &store.Sandbox{
-		ID: newID("sbx_"), Name: req.Name, State: api.StateCreating, Image: imgName, SnapshotID: snapID,
+		ID: id, Name: req.Name, State: api.StateCreating, Image: imgName, SnapshotID: snapID,
 		Spec: spec, CreatedAt: now, LastActiveAt: now,
 	}
 	if err := m.store.Create(ctx, sb); err != nil {
 		return nil, err
 	}
 	start := time.Now()
-	// The sandbox must not die with the request that made it.
-	rctx := context.WithoutCancel(ctx)
+	// From here on every way out, a panic included, either records the
+	// sandbox running or marks it error and frees what it held.
+	failure := "create was interrupted by an internal error"
+	done := false
+	defer func() {
+		if !done {
+			m.metrics.createFailures.Inc()
+			m.setError(context.WithoutCancel(opCtx), id, "create failed: "+failure)
+		}
+	}()
+	fail := func(err error) (*api.Sandbox, error) {
+		err = opErr(opCtx, err)
+		failure = err.Error()
+		return nil, err
+	}
+	if err := hookPoint(opCtx, "create:recorded", id, sb.Name); err != nil {
+		return fail(err)
+	}
 	env := make([]string, 0, len(spec.Env))
 	for _, k := range sortedKeys(spec.Env) {
 		env = append(env, k+"="+spec.Env[k])
@@ -282,18 +320,19 @@ func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest) (*a
 	}
 	var info *runtime.Info
 	if criuDir != "" {
-		info, err = m.snapper.RestoreMemory(rctx, m.criu, rspec, criuDir)
+		info, err = m.snapper.RestoreMemory(opCtx, m.criu, rspec, criuDir)
 	} else {
-		info, err = m.rt.Create(rctx, rspec)
+		info, err = m.rt.Create(opCtx, rspec)
 	}
 	if err != nil {
-		m.metrics.createFailures.Inc()
-		m.setError(rctx, sb.ID, "create failed: "+err.Error())
-		return nil, fmt.Errorf("create sandbox: %w", err)
+		return fail(fmt.Errorf("create sandbox: %w", err))
 	}
 	m.metrics.createSeconds.Observe(time.Since(start).Seconds())
-	l := m.track(sb, info)
-	sb, err = m.store.Update(rctx, sb.ID, func(s *store.Sandbox) error {
+	m.track(sb, info) // a failure from here on is undone by setError, which untracks
+	if err := hookPoint(opCtx, "create:started", id, sb.Name); err != nil {
+		return fail(err)
+	}
+	sb, err = m.store.Update(opCtx, sb.ID, func(s *store.Sandbox) error {
 		if err := checkTransition(s.ID, s.State, api.StateRunning); err != nil {
 			return err
 		}
@@ -302,10 +341,9 @@ func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest) (*a
 		return nil
 	})
 	if err != nil {
-		m.untrack(l.id)
-		_ = m.rt.Destroy(rctx, l.id, info)
-		return nil, err
+		return fail(err)
 	}
+	done = true
 	m.log.Info("sandbox created", "sandbox", sb.ID, "name", sb.Name, "ms", time.Since(start).Milliseconds())
 	return m.view(sb), nil
 }
@@ -321,7 +359,7 @@ func sortedKeys(mp map[string]string) []string {
 
 func (m *Manager) track(sb *store.Sandbox, info *runtime.Info) *live {
 	l := &live{
-		id: sb.ID, name: sb.Name, info: info,
+		id: sb.ID, name: sb.Name, info: info, gate: newGate(),
 		agent:      agent.NewClient(runtime.SocketPath(info)),
 		timeout:    time.Duration(sb.Spec.TimeoutSecs) * time.Second,
 		lastActive: sb.LastActiveAt, persistedAt: sb.LastActiveAt,
@@ -461,7 +499,9 @@ func (m *Manager) stateTimes(id string) (running, suspended float64) {
 }
 
 // Delete terminates a sandbox and frees everything it held. Deleting a
-// terminated sandbox is a no-op that returns it.
+// terminated sandbox is a no-op that returns it. A delete wins over any
+// operation under way on the sandbox: it cancels it and waits (within the
+// lock-wait ceiling) for it to unwind.
 func (m *Manager) Delete(ctx context.Context, ref string) (*api.Sandbox, error) {
 	sb, err := m.store.Get(ctx, ref)
 	if err != nil {
@@ -470,24 +510,28 @@ func (m *Manager) Delete(ctx context.Context, ref string) (*api.Sandbox, error) 
 	if sb.State == api.StateTerminated {
 		return m.view(sb), nil
 	}
-	return m.terminate(context.WithoutCancel(ctx), sb.ID, "deleted")
+	return m.terminate(ctx, sb.ID, "deleted", lockOpts{Preempt: true})
 }
 
-func (m *Manager) terminate(ctx context.Context, id, reason string) (*api.Sandbox, error) {
-	unlock := m.lifecycleLock(id)
+func (m *Manager) terminate(ctx context.Context, id, reason string, o lockOpts) (*api.Sandbox, error) {
+	ctx, unlock, err := m.lockOp(ctx, id, "delete", o)
+	if err != nil {
+		return nil, err
+	}
 	defer unlock()
+	sb, err := m.store.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if sb.State == api.StateTerminated { // by another call while this one waited
+		return m.view(sb), nil
+	}
 	l := m.untrack(id)
 	var info *runtime.Info
 	if l != nil {
 		info = l.info
-	} else {
-		sb, err := m.store.Get(ctx, id)
-		if err != nil {
-			return nil, err
-		}
-		if info, err = runtime.UnmarshalInfo(sb.Runtime); err != nil {
-			return nil, fmt.Errorf("sandbox %s runtime record: %w", id, err)
-		}
+	} else if info, err = runtime.UnmarshalInfo(sb.Runtime); err != nil {
+		return nil, fmt.Errorf("sandbox %s runtime record: %w", id, err)
 	}
 	if err := m.rt.Destroy(ctx, id, info); err != nil {
 		// Leave the row live so that a retry (or the next start) cleans up.
@@ -495,7 +539,7 @@ func (m *Manager) terminate(ctx context.Context, id, reason string) (*api.Sandbo
 	}
 	now := m.now().UTC()
 	var suspendImage string
-	sb, err := m.store.Update(ctx, id, func(s *store.Sandbox) error {
+	sb, err = m.store.Update(ctx, id, func(s *store.Sandbox) error {
 		if err := checkTransition(s.ID, s.State, api.StateTerminated); err != nil {
 			return err
 		}
@@ -514,24 +558,29 @@ func (m *Manager) terminate(ctx context.Context, id, reason string) (*api.Sandbo
 	return m.view(sb), nil
 }
 
-// acquire finds a running sandbox for a call, marks it busy and active. The
-// returned release must be called when the call ends.
+// acquire finds a running sandbox for a call (resuming a suspended one),
+// marks it busy and active. The returned release must be called when the
+// call ends. Waits are bounded by ctx and the lock-wait ceiling.
 func (m *Manager) acquire(ctx context.Context, ref string) (*live, func(), error) {
 	for {
 		l, release, err := m.acquireOnce(ctx, ref)
-		if err != nil || l == nil {
-			return l, release, err
+		if err != nil {
+			return nil, nil, err
 		}
 		// A suspend may have freed the sandbox while this call waited at
 		// its gate: then start over (which resumes it).
-		m.mu.Lock()
-		current := m.live[l.id] == l
-		m.mu.Unlock()
-		if current {
+		if m.current(l) {
 			return l, release, nil
 		}
 		release()
 	}
+}
+
+// current reports whether l is still the live entry of its sandbox.
+func (m *Manager) current(l *live) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.live[l.id] == l
 }
 
 func (m *Manager) acquireOnce(ctx context.Context, ref string) (*live, func(), error) {
@@ -542,24 +591,33 @@ func (m *Manager) acquireOnce(ctx context.Context, ref string) (*live, func(), e
 		if err != nil {
 			return nil, nil, err
 		}
-		if sb.State == api.StateSuspended || sb.State == api.StateResuming {
+		if sb.State == api.StateSuspended || sb.State == api.StateResuming || sb.State == api.StateSuspending {
 			if err := m.resumeFor(ctx, sb); err != nil {
 				return nil, nil, err
 			}
-			if l = m.findLive(sb.ID); l != nil {
-				l.gate.RLock()
-				return l, m.busy(l, l.gate.RUnlock, true), nil
+			l = m.findLive(sb.ID)
+			if l == nil {
+				sb, _ = m.store.Get(ctx, sb.ID)
 			}
-			sb, _ = m.store.Get(ctx, sb.ID)
 		}
-		msg := fmt.Sprintf("sandbox %s is %s", sb.ID, sb.State)
-		if sb.StateReason != "" {
-			msg += " (" + sb.StateReason + ")"
+		if l == nil {
+			return nil, nil, notRunning(sb)
 		}
-		return nil, nil, errdefs.FailedPrecondition("%s", msg)
 	}
-	l.gate.RLock()
-	return l, m.busy(l, l.gate.RUnlock, true), nil
+	unlock, err := l.gate.acquire(ctx, l.id, "", false, m.lockWait)
+	if err != nil {
+		return nil, nil, err
+	}
+	return l, m.busy(l, unlock, true), nil
+}
+
+// notRunning is the error of a call that needs sb running.
+func notRunning(sb *store.Sandbox) error {
+	msg := fmt.Sprintf("sandbox %s is %s", sb.ID, sb.State)
+	if sb.StateReason != "" {
+		msg += " (" + sb.StateReason + ")"
+	}
+	return errdefs.FailedPrecondition("%s", msg)
 }
 
 // busy marks l in use (never idle-reaped meanwhile) and returns the
@@ -585,17 +643,25 @@ func (m *Manager) busy(l *live, unlock func(), touch bool) func() {
 	}
 }
 
-// acquireExclusive is acquire for operations that need the sandbox to
-// themselves (a memory checkpoint): it waits for the calls in flight to end
-// and keeps new ones waiting until released.
-func (m *Manager) acquireExclusive(ctx context.Context, ref string) (*live, func(), error) {
-	l := m.findLive(ref)
+// acquireExclusive is acquire for operations that need a running sandbox to
+// themselves (a memory checkpoint, a suspend; the caller holds the
+// sandbox's lifecycle lock): it waits, within the lock-wait ceiling, for the
+// calls in flight to end and keeps new ones waiting until released. It never
+// resumes a sandbox.
+func (m *Manager) acquireExclusive(ctx context.Context, id, op string) (*live, func(), error) {
+	l := m.findLive(id)
 	if l == nil {
-		_, _, err := m.acquire(ctx, ref)
+		return nil, nil, errdefs.FailedPrecondition("sandbox %s is not running", id)
+	}
+	unlock, err := l.gate.acquire(ctx, id, op, true, m.lockWait)
+	if err != nil {
 		return nil, nil, err
 	}
-	l.gate.Lock()
-	return l, m.busy(l, l.gate.Unlock, false), nil
+	if !m.current(l) { // it died while this waited
+		unlock()
+		return nil, nil, errdefs.FailedPrecondition("sandbox %s stopped running", id)
+	}
+	return l, m.busy(l, unlock, false), nil
 }
 
 // findLive finds a running sandbox by id or name without touching the store

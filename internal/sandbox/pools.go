@@ -108,7 +108,7 @@ func (m *Manager) DeletePool(ctx context.Context, name string) error {
 	p.ready = nil
 	p.mu.Unlock()
 	for _, id := range ready {
-		m.terminate(context.WithoutCancel(ctx), id, "pool deleted")
+		m.terminate(context.WithoutCancel(ctx), id, "pool deleted", lockOpts{})
 	}
 	return m.store.DeletePool(ctx, name)
 }
@@ -125,7 +125,12 @@ func (m *Manager) refill(p *pool) {
 	p.mu.Unlock()
 	for i := 0; i < need; i++ {
 		go func() {
-			id, err := m.createPooled(context.Background(), p)
+			var id string
+			var err error
+			func() {
+				defer recoverTo(m.log, &err, "pool refill")
+				id, err = m.createPooled(context.Background(), p)
+			}()
 			p.mu.Lock()
 			p.filling--
 			deleted := p.deleted
@@ -138,7 +143,7 @@ func (m *Manager) refill(p *pool) {
 				return
 			}
 			if deleted {
-				m.terminate(context.Background(), id, "pool deleted")
+				m.terminate(context.Background(), id, "pool deleted", lockOpts{})
 			}
 		}()
 	}
@@ -236,7 +241,7 @@ func (m *Manager) createFromPool(ctx context.Context, req *api.CreateSandboxRequ
 			return nil, err
 		}
 		m.log.Warn("pool sandbox unusable; trying the next", "pool", p.rec.Name, "sandbox", id, "err", err)
-		m.terminate(context.WithoutCancel(ctx), id, "unusable pool sandbox")
+		m.terminate(context.WithoutCancel(ctx), id, "unusable pool sandbox", lockOpts{})
 	}
 	// Empty pool: a normal restore.
 	fallback := *req

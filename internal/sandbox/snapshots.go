@@ -38,10 +38,18 @@ func snapshotView(sn *store.Snapshot) api.Snapshot {
 		Image: sn.Image, SizeBytes: sn.SizeBytes, PausedMS: sn.PausedMS, CreatedAt: sn.CreatedAt}
 }
 
-// Checkpoint saves a running sandbox's state as a new snapshot; the sandbox
-// keeps running. The snapshot is committed (files hashed, synced, renamed
-// into place) before its record is written, and a failure at any step
-// leaves no snapshot behind.
+// Checkpoint saves a sandbox's state as a new snapshot.
+//
+// A running sandbox keeps running: it is paused for the moment of the
+// capture. A suspended sandbox stays suspended: the snapshot is made from
+// its suspend image (which holds its files and, for a memory snapshot, its
+// processes), without resuming it. A sandbox in the middle of a suspend or
+// resume is checkpointed once that ends (within the lock-wait ceiling);
+// any other state is a failed precondition.
+//
+// The snapshot is committed (files hashed, synced, renamed into place)
+// before its record is written, and a failure at any step, a panic
+// included, leaves no snapshot behind.
 func (m *Manager) Checkpoint(ctx context.Context, ref string, req *api.CheckpointRequest) (*api.Snapshot, error) {
 	typ := req.Type
 	if typ == "" {
@@ -59,18 +67,43 @@ func (m *Manager) Checkpoint(ctx context.Context, ref string, req *api.Checkpoin
 	if typ == api.SnapshotMemory && m.criu == nil {
 		return nil, errdefs.Unavailable("memory snapshots are unavailable on this host: %s", m.criuProblem)
 	}
-	l, release, err := m.acquireExclusive(ctx, ref)
+	sb, err := m.store.Get(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
-	defer release()
-	sb, err := m.store.Get(ctx, l.id)
+	// The snapshot must not be cut short by the client going away (lockOp's
+	// context is not), but a delete of the sandbox cancels it.
+	ctx, unlock, err := m.lockOp(ctx, sb.ID, "checkpoint", lockOpts{})
 	if err != nil {
 		return nil, err
+	}
+	defer unlock()
+	if sb, err = m.store.Get(ctx, sb.ID); err != nil {
+		return nil, err
+	}
+	if err := hookPoint(ctx, "checkpoint:locked", sb.ID, sb.Name); err != nil {
+		return nil, opErr(ctx, err)
+	}
+	var capture func(dir string) (time.Duration, error)
+	switch sb.State {
+	case api.StateRunning:
+		l, release, err := m.acquireExclusive(ctx, sb.ID, "checkpoint")
+		if err != nil {
+			return nil, err
+		}
+		defer release()
+		capture = func(dir string) (time.Duration, error) {
+			if typ == api.SnapshotMemory {
+				return m.captureMemory(ctx, l, sb, dir)
+			}
+			return m.captureFS(ctx, l.id, filepath.Join(dir, fsArchive), nil)
+		}
+	case api.StateSuspended:
+		return m.checkpointSuspended(ctx, sb, typ, req.Name)
+	default:
+		return nil, errdefs.FailedPrecondition("sandbox %s is %s; only a running or suspended sandbox can be checkpointed", sb.ID, sb.State)
 	}
 	m.metrics.snapshots.WithLabelValues(typ).Inc()
-	// The snapshot must not be cut short by the client going away.
-	ctx = context.WithoutCancel(ctx)
 	id := newID("snap_")
 	p, err := m.snaps.Begin(id)
 	if err != nil {
@@ -82,14 +115,12 @@ func (m *Manager) Checkpoint(ctx context.Context, ref string, req *api.Checkpoin
 			p.Abort()
 		}
 	}()
-	var paused time.Duration
-	if typ == api.SnapshotMemory {
-		paused, err = m.captureMemory(ctx, l, sb, p.Dir())
-	} else {
-		paused, err = m.captureFS(ctx, l.id, filepath.Join(p.Dir(), fsArchive), nil)
-	}
+	paused, err := capture(p.Dir())
 	if err != nil {
-		return nil, err
+		return nil, opErr(ctx, err)
+	}
+	if err := hookPoint(ctx, "checkpoint:captured", sb.ID, sb.Name); err != nil {
+		return nil, opErr(ctx, err)
 	}
 	size, sum, err := p.Commit()
 	if err != nil {
@@ -98,8 +129,7 @@ func (m *Manager) Checkpoint(ctx context.Context, ref string, req *api.Checkpoin
 	committed = true
 	rec := &store.Snapshot{ID: id, Name: req.Name, Type: typ, SandboxID: sb.ID, ParentID: sb.SnapshotID, Image: sb.Image,
 		Spec: sb.Spec, SizeBytes: size, Checksum: sum, PausedMS: paused.Milliseconds(), CreatedAt: m.now().UTC()}
-	if err := m.store.CreateSnapshot(ctx, rec); err != nil {
-		m.snaps.Delete(id)
+	if err := m.recordSnapshot(ctx, rec); err != nil {
 		return nil, err
 	}
 	m.log.Info("snapshot taken", "snapshot", id, "sandbox", sb.ID, "type", typ, "bytes", size, "paused_ms", paused.Milliseconds())
@@ -107,25 +137,80 @@ func (m *Manager) Checkpoint(ctx context.Context, ref string, req *api.Checkpoin
 	return &v, nil
 }
 
+// recordSnapshot writes the record of committed snapshot files, and removes
+// the files if that fails (on every path: a record never lacks its files,
+// and files without a record are removed at the next start anyway).
+func (m *Manager) recordSnapshot(ctx context.Context, rec *store.Snapshot) error {
+	recorded := false
+	defer func() {
+		if !recorded {
+			m.snaps.Delete(rec.ID)
+		}
+	}()
+	if err := m.store.CreateSnapshot(context.WithoutCancel(ctx), rec); err != nil {
+		return err
+	}
+	recorded = true
+	return nil
+}
+
+// checkpointSuspended makes a snapshot of a suspended sandbox from its
+// suspend image: a memory snapshot shares the image's files (hard links,
+// so it costs no copy and no pause), a filesystem snapshot its writable
+// layer. The image is verified first, so a corrupt one is not blessed.
+func (m *Manager) checkpointSuspended(ctx context.Context, sb *store.Sandbox, typ, name string) (*api.Snapshot, error) {
+	src, err := m.store.GetSnapshot(ctx, sb.SuspendImage)
+	if err != nil {
+		return nil, fmt.Errorf("suspend image of %s: %w", sb.ID, err)
+	}
+	m.metrics.snapshots.WithLabelValues(typ).Inc()
+	keep := func(string) bool { return true }
+	if typ == api.SnapshotFilesystem {
+		keep = func(rel string) bool { return rel == fsArchive }
+	}
+	id := newID("snap_")
+	size, sum, err := m.snaps.Clone(src.ID, src.Checksum, id, keep)
+	if err != nil {
+		return nil, opErr(ctx, err)
+	}
+	rec := &store.Snapshot{ID: id, Name: name, Type: typ, SandboxID: sb.ID, ParentID: sb.SnapshotID, Image: sb.Image,
+		Spec: sb.Spec, SizeBytes: size, Checksum: sum, CreatedAt: m.now().UTC()}
+	if err := m.recordSnapshot(ctx, rec); err != nil {
+		return nil, err
+	}
+	m.log.Info("snapshot taken from a suspend image", "snapshot", id, "sandbox", sb.ID, "type", typ, "bytes", size)
+	v := snapshotView(rec)
+	return &v, nil
+}
+
 // captureFS freezes the sandbox, archives its writable layer, runs also
-// (when set) while still frozen, and thaws it. It returns how long the
-// sandbox was paused.
-func (m *Manager) captureFS(ctx context.Context, id, dst string, also func() error) (time.Duration, error) {
+// (when set) while still frozen, and thaws it on every way out. It returns
+// how long the sandbox was paused.
+func (m *Manager) captureFS(ctx context.Context, id, dst string, also func() error) (paused time.Duration, err error) {
 	start := time.Now()
+	defer func() {
+		// Thaw even when the operation was cancelled or panicked: a frozen
+		// sandbox would answer nothing.
+		if terr := m.snapper.Thaw(context.WithoutCancel(ctx), id); terr != nil && err == nil {
+			err = fmt.Errorf("resume sandbox: %w", terr)
+		}
+		paused = time.Since(start)
+	}()
 	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := m.snapper.Freeze(fctx, id); err != nil {
-		m.snapper.Thaw(ctx, id)
 		return 0, fmt.Errorf("pause sandbox: %w", err)
 	}
-	err := m.snapper.ExportFS(ctx, id, dst)
-	if err == nil && also != nil {
-		err = also()
+	if err := hookPoint(ctx, "checkpoint:frozen", id, ""); err != nil {
+		return 0, err
 	}
-	if terr := m.snapper.Thaw(ctx, id); terr != nil && err == nil {
-		err = fmt.Errorf("resume sandbox: %w", terr)
+	if err := m.snapper.ExportFS(ctx, id, dst); err != nil {
+		return 0, err
 	}
-	return time.Since(start), err
+	if also != nil {
+		return 0, also()
+	}
+	return 0, nil
 }
 
 // captureMemory takes a memory snapshot into dir: the writable layer and,
@@ -152,7 +237,7 @@ func (m *Manager) captureMemory(ctx context.Context, l *live, sb *store.Sandbox,
 		})
 		// The agent closes its end of a connection the daemon just closed a
 		// moment later; a dump that caught one in between is tried again.
-		if err != nil && attempt < 4 && strings.Contains(err.Error(), "Unix socket") {
+		if err != nil && attempt < 4 && ctx.Err() == nil && strings.Contains(err.Error(), "Unix socket") {
 			m.log.Debug("checkpoint met a closing agent connection; retrying", "sandbox", l.id, "attempt", attempt)
 			time.Sleep(time.Duration(attempt) * 30 * time.Millisecond)
 			continue
@@ -325,6 +410,9 @@ func (m *Manager) Fork(ctx context.Context, ref string, req *api.ForkRequest) (*
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
+			// A panic in one branch fails the fork (and is logged with its
+			// stack) rather than the whole daemon.
+			defer recoverTo(m.log, &errs[i], "fork branch")
 			creq := &api.CreateSandboxRequest{SnapshotID: sn.ID}
 			if len(req.Names) > 0 {
 				creq.Name = req.Names[i]

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/forkbox/forkbox/api"
@@ -33,23 +32,11 @@ const reasonIdle = "idle timeout"
 // snapshotSuspend marks a suspend image among the snapshots.
 const snapshotSuspend = "suspend"
 
-// lifecycleLock serializes suspend, resume and delete of one sandbox.
-func (m *Manager) lifecycleLock(id string) func() {
-	m.mu.Lock()
-	if m.locks == nil {
-		m.locks = map[string]*sync.Mutex{}
-	}
-	mu := m.locks[id]
-	if mu == nil {
-		mu = &sync.Mutex{}
-		m.locks[id] = mu
-	}
-	m.mu.Unlock()
-	mu.Lock()
-	return mu.Unlock
-}
-
 // Suspend saves a running sandbox to disk and frees its CPU and memory.
+// Every way out of it, a panic or a delete's cancellation included, leaves
+// the sandbox in a state that holds: still running (and its new image
+// dropped) until its processes are freed, suspended with its new image from
+// then on.
 func (m *Manager) Suspend(ctx context.Context, ref, reason string) (*api.Sandbox, error) {
 	if m.criu == nil {
 		return nil, errdefs.Unavailable("suspend needs memory snapshots, unavailable on this host: %s", m.criuProblem)
@@ -58,16 +45,22 @@ func (m *Manager) Suspend(ctx context.Context, ref, reason string) (*api.Sandbox
 	if err != nil {
 		return nil, err
 	}
-	unlock := m.lifecycleLock(sb.ID)
+	o := lockOpts{}
+	if reason == reasonIdle {
+		o.Wait = -1 // the reaper does not queue: it tries again at its next tick
+	}
+	ctx, unlock, err := m.lockOp(ctx, sb.ID, "suspend", o)
+	if err != nil {
+		return nil, err
+	}
 	defer unlock()
-	ctx = context.WithoutCancel(ctx)
 	if sb, err = m.store.Get(ctx, sb.ID); err != nil {
 		return nil, err
 	}
 	if sb.State != api.StateRunning {
 		return nil, errdefs.FailedPrecondition("sandbox %s is %s; only a running sandbox can be suspended", sb.ID, sb.State)
 	}
-	l, release, err := m.acquireExclusive(ctx, sb.ID)
+	l, release, err := m.acquireExclusive(ctx, sb.ID, "suspend")
 	if err != nil {
 		return nil, err
 	}
@@ -84,28 +77,61 @@ func (m *Manager) Suspend(ctx context.Context, ref, reason string) (*api.Sandbox
 	if _, err := m.setState(ctx, sb.ID, api.StateSuspending, reason, nil); err != nil {
 		return nil, err
 	}
-	faultPoint("suspend:recorded")
-	start := time.Now()
-	img, err := m.takeSuspendImage(ctx, l, sb)
-	faultPoint("suspend:imaged")
-	if err != nil {
-		// Nothing was freed: the sandbox goes on running.
-		m.setState(ctx, sb.ID, api.StateRunning, "", nil)
+	const (
+		running = iota // processes alive, no image recorded
+		imaged         // processes alive, image recorded
+		freeing        // untracked; processes being freed
+		done
+	)
+	stage, img, failure := running, "", "interrupted by an internal error"
+	defer func() {
+		bg := context.WithoutCancel(ctx)
+		switch stage {
+		case running, imaged:
+			m.setState(bg, sb.ID, api.StateRunning, "suspend failed: "+failure, nil)
+			if img != "" {
+				m.dropSnapshot(bg, img)
+			}
+		case freeing:
+			if err := m.rt.Destroy(bg, sb.ID, l.info); err != nil {
+				m.log.Error("free suspended sandbox", "sandbox", sb.ID, "err", err)
+			}
+			m.setState(bg, sb.ID, api.StateSuspended, reason, func(s *store.Sandbox) { s.SuspendImage, s.Runtime = img, nil })
+		}
+	}()
+	fail := func(err error) (*api.Sandbox, error) {
+		err = opErr(ctx, err)
+		failure = err.Error()
 		return nil, fmt.Errorf("suspend: %w", err)
 	}
+	if err := hookPoint(ctx, "suspend:recorded", sb.ID, sb.Name); err != nil {
+		return fail(err)
+	}
+	start := time.Now()
+	if img, err = m.takeSuspendImage(ctx, l, sb); err != nil {
+		return fail(err)
+	}
+	stage = imaged
+	if err := hookPoint(ctx, "suspend:imaged", sb.ID, sb.Name); err != nil {
+		return fail(err)
+	}
+	stage = freeing
 	m.untrack(sb.ID)
 	if err := m.rt.Destroy(ctx, sb.ID, l.info); err != nil {
 		m.log.Error("free suspended sandbox", "sandbox", sb.ID, "err", err)
 	}
-	faultPoint("suspend:freed")
+	if err := hookPoint(ctx, "suspend:freed", sb.ID, sb.Name); err != nil {
+		return fail(err)
+	}
 	old := sb.SuspendImage
 	sb, err = m.setState(ctx, sb.ID, api.StateSuspended, reason, func(s *store.Sandbox) {
 		s.SuspendImage = img
 		s.Runtime = nil
 	})
 	if err != nil {
-		return nil, err
+		return fail(err)
 	}
+	stage = done
 	if old != "" && old != img {
 		m.dropSnapshot(ctx, old)
 	}
@@ -120,20 +146,24 @@ func (m *Manager) takeSuspendImage(ctx context.Context, l *live, sb *store.Sandb
 	if err != nil {
 		return "", err
 	}
+	committed := false
+	defer func() {
+		if !committed {
+			p.Abort()
+		}
+	}()
 	paused, err := m.captureMemory(ctx, l, sb, p.Dir())
 	if err != nil {
-		p.Abort()
 		return "", err
 	}
 	size, sum, err := p.Commit()
 	if err != nil {
-		p.Abort()
 		return "", err
 	}
+	committed = true
 	rec := &store.Snapshot{ID: id, Type: snapshotSuspend, SandboxID: sb.ID, ParentID: sb.SnapshotID, Image: sb.Image,
 		Spec: sb.Spec, SizeBytes: size, Checksum: sum, PausedMS: paused.Milliseconds(), CreatedAt: m.now().UTC()}
-	if err := m.store.CreateSnapshot(ctx, rec); err != nil {
-		m.snaps.Delete(id)
+	if err := m.recordSnapshot(ctx, rec); err != nil {
 		return "", err
 	}
 	return id, nil
@@ -165,15 +195,19 @@ func (m *Manager) setState(ctx context.Context, id, to, reason string, fn func(*
 }
 
 // Resume brings a suspended sandbox back under the same id and name, with
-// its files, kernels and processes.
+// its files, kernels and processes. A failure at any step, a panic or a
+// delete's cancellation included, frees whatever was restored and leaves
+// the sandbox suspended with its image intact.
 func (m *Manager) Resume(ctx context.Context, ref string) (*api.Sandbox, error) {
 	sb, err := m.store.Get(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
-	unlock := m.lifecycleLock(sb.ID)
+	ctx, unlock, err := m.lockOp(ctx, sb.ID, "resume", lockOpts{})
+	if err != nil {
+		return nil, err
+	}
 	defer unlock()
-	ctx = context.WithoutCancel(ctx)
 	if sb, err = m.store.Get(ctx, sb.ID); err != nil {
 		return nil, err
 	}
@@ -197,13 +231,36 @@ func (m *Manager) Resume(ctx context.Context, ref string) (*api.Sandbox, error) 
 	if _, err := m.setState(ctx, sb.ID, api.StateResuming, "", nil); err != nil {
 		return nil, err
 	}
-	faultPoint("resume:recorded")
+	var info *runtime.Info
+	done, failure := false, "interrupted by an internal error"
+	defer func() {
+		if done {
+			return
+		}
+		bg := context.WithoutCancel(ctx)
+		m.untrack(sb.ID)
+		if info == nil {
+			info = &runtime.Info{} // whatever a failed restore left, by id
+		}
+		if err := m.rt.Destroy(bg, sb.ID, info); err != nil {
+			m.log.Error("free a failed resume", "sandbox", sb.ID, "err", err)
+		}
+		m.setState(bg, sb.ID, api.StateSuspended, "resume failed: "+failure, nil)
+	}()
+	fail := func(err error) (*api.Sandbox, error) {
+		err = opErr(ctx, err)
+		failure = err.Error()
+		return nil, fmt.Errorf("resume %s: %w", sb.ID, err)
+	}
+	if err := hookPoint(ctx, "resume:recorded", sb.ID, sb.Name); err != nil {
+		return fail(err)
+	}
 	start := time.Now()
 	hostname := sb.Name
 	if hostname == "" {
 		hostname = sb.ID
 	}
-	info, err := m.snapper.RestoreMemory(ctx, m.criu, runtime.Spec{
+	info, err = m.snapper.RestoreMemory(ctx, m.criu, runtime.Spec{
 		ID: sb.ID, Hostname: hostname, Image: img,
 		Limits:        runtime.Limits{CPUs: sb.Spec.CPUs, MemoryMB: sb.Spec.MemoryMB, PIDs: sb.Spec.PIDsLimit},
 		DiskMB:        sb.Spec.DiskMB,
@@ -211,22 +268,22 @@ func (m *Manager) Resume(ctx context.Context, ref string) (*api.Sandbox, error) 
 		FromFS:        m.snapshotFS(snap.ID),
 	}, filepath.Join(m.snaps.Path(snap.ID), criuDirName))
 	if err != nil {
-		m.setState(ctx, sb.ID, api.StateSuspended, "resume failed: "+err.Error(), nil)
-		return nil, fmt.Errorf("resume %s: %w", sb.ID, err)
+		return fail(err)
 	}
-	faultPoint("resume:restored")
+	if err := hookPoint(ctx, "resume:restored", sb.ID, sb.Name); err != nil {
+		return fail(err)
+	}
 	now := m.now().UTC()
 	sb.LastActiveAt = now
-	l := m.track(sb, info)
+	m.track(sb, info)
 	sb, err = m.setState(ctx, sb.ID, api.StateRunning, "", func(s *store.Sandbox) {
 		s.Runtime = runtime.MarshalInfo(info)
 		s.LastActiveAt = now
 	})
 	if err != nil {
-		m.untrack(l.id)
-		m.rt.Destroy(ctx, l.id, info)
-		return nil, err
+		return fail(err)
 	}
+	done = true
 	m.log.Info("sandbox resumed", "sandbox", sb.ID, "ms", time.Since(start).Milliseconds())
 	return m.view(sb), nil
 }

@@ -200,6 +200,118 @@ func (s *Store) Verify(id, checksum string) error {
 	return nil
 }
 
+// Clone commits snapshot dst made of the files of committed snapshot src
+// that keep selects (by their slash-separated path in the manifest). The
+// source is verified against its manifest and checksum first, so a corrupt
+// one is refused rather than copied. Files are hard-linked (committed
+// snapshot files are never written again, so sharing them is safe, and a
+// later delete of either side leaves the other whole), or copied where a
+// link is impossible. It returns the new snapshot's size and checksum; on
+// error nothing of dst remains.
+func (s *Store) Clone(src, srcChecksum, dst string, keep func(rel string) bool) (size int64, checksum string, err error) {
+	if err := s.Verify(src, srcChecksum); err != nil {
+		return 0, "", err
+	}
+	b, err := os.ReadFile(filepath.Join(s.Path(src), manifestName))
+	if err != nil {
+		return 0, "", err
+	}
+	var srcm Manifest
+	if err := json.Unmarshal(b, &srcm); err != nil {
+		return 0, "", errdefs.FailedPrecondition("snapshot %s is corrupt: unreadable manifest: %v", src, err)
+	}
+	p, err := s.Begin(dst)
+	if err != nil {
+		return 0, "", err
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			p.Abort()
+		}
+	}()
+	m := Manifest{Files: map[string]string{}}
+	dirs := map[string]bool{p.dir: true}
+	for rel, sum := range srcm.Files {
+		if !keep(rel) {
+			continue
+		}
+		from := filepath.Join(s.Path(src), filepath.FromSlash(rel))
+		to := filepath.Join(p.dir, filepath.FromSlash(rel))
+		if !strings.HasPrefix(to, p.dir+string(filepath.Separator)) {
+			return 0, "", errdefs.FailedPrecondition("snapshot %s is corrupt: manifest names %q", src, rel)
+		}
+		if err := os.MkdirAll(filepath.Dir(to), 0o700); err != nil {
+			return 0, "", err
+		}
+		for d := filepath.Dir(to); d != p.dir && !dirs[d]; d = filepath.Dir(d) {
+			dirs[d] = true
+		}
+		if err := os.Link(from, to); err != nil {
+			if err := copyFile(from, to); err != nil {
+				return 0, "", fmt.Errorf("clone snapshot %s: %w", src, err)
+			}
+		}
+		st, err := os.Stat(to)
+		if err != nil {
+			return 0, "", err
+		}
+		m.Files[rel] = sum
+		m.SizeBytes += st.Size()
+	}
+	if len(m.Files) == 0 {
+		return 0, "", errdefs.FailedPrecondition("snapshot %s has none of the files asked for", src)
+	}
+	mb, err := json.MarshalIndent(m, "", " ")
+	if err != nil {
+		return 0, "", err
+	}
+	if err := durable.WriteFile(filepath.Join(p.dir, manifestName), mb, 0o600); err != nil {
+		return 0, "", err
+	}
+	list := make([]string, 0, len(dirs))
+	for d := range dirs {
+		list = append(list, d)
+	}
+	sort.Sort(sort.Reverse(sort.StringSlice(list))) // children before parents
+	for _, d := range list {
+		if err := syncDir(d); err != nil {
+			return 0, "", err
+		}
+	}
+	if err := os.Rename(p.dir, s.Path(dst)); err != nil {
+		return 0, "", fmt.Errorf("commit snapshot %s: %w", dst, err)
+	}
+	committed = true
+	if err := syncDir(s.dir); err != nil {
+		return 0, "", err
+	}
+	sum := sha256.Sum256(mb)
+	return m.SizeBytes + int64(len(mb)), hex.EncodeToString(sum[:]), nil
+}
+
+// copyFile copies a file durably (for Clone where a hard link fails).
+func copyFile(from, to string) error {
+	in, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(to, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Sync(); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
 // Delete removes a snapshot's files (idempotent).
 func (s *Store) Delete(id string) error {
 	if id == "" || strings.ContainsAny(id, "/.") {

@@ -78,3 +78,76 @@ func TestOpenRemovesUnfinished(t *testing.T) {
 		t.Fatalf("bad id: %v", err)
 	}
 }
+
+func TestCloneSharesFilesAndOutlivesItsSource(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := s.Begin("snap_src")
+	os.MkdirAll(filepath.Join(p.Dir(), "criu"), 0o700)
+	os.WriteFile(filepath.Join(p.Dir(), "fs.tar"), []byte("filesystem bytes"), 0o600)
+	os.WriteFile(filepath.Join(p.Dir(), "criu", "pages-1.img"), []byte("memory pages"), 0o600)
+	_, sum, err := p.Commit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A whole copy and a filesystem-only one.
+	allSize, allSum, err := s.Clone("snap_src", sum, "snap_all", func(string) bool { return true })
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, fsSum, err := s.Clone("snap_src", sum, "snap_fs", func(rel string) bool { return rel == "fs.tar" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if allSize < int64(len("filesystem bytes")+len("memory pages")) {
+		t.Fatalf("clone size %d", allSize)
+	}
+	if _, err := os.Stat(filepath.Join(s.Path("snap_fs"), "criu")); !os.IsNotExist(err) {
+		t.Fatalf("filesystem clone has the memory image: %v", err)
+	}
+	// The source goes away; the clones stay whole.
+	if err := s.Delete("snap_src"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Verify("snap_all", allSum); err != nil {
+		t.Fatalf("whole clone after its source was deleted: %v", err)
+	}
+	if err := s.Verify("snap_fs", fsSum); err != nil {
+		t.Fatalf("filesystem clone: %v", err)
+	}
+	// Nothing pending is left behind, and an existing id is refused.
+	if _, _, err := s.Clone("snap_all", allSum, "snap_fs", func(string) bool { return true }); !errors.Is(err, errdefs.ErrConflict) {
+		t.Fatalf("clone onto an existing id: %v", err)
+	}
+	ents, _ := os.ReadDir(s.dir)
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), ".tmp-") {
+			t.Fatalf("pending dir left: %s", e.Name())
+		}
+	}
+}
+
+func TestCloneRefusesACorruptSource(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := s.Begin("snap_src")
+	os.WriteFile(filepath.Join(p.Dir(), "fs.tar"), []byte("filesystem bytes"), 0o600)
+	_, sum, err := p.Commit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(s.Path("snap_src"), "fs.tar"), []byte("tampered bytes!!"), 0o600)
+	if _, _, err := s.Clone("snap_src", sum, "snap_dst", func(string) bool { return true }); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		t.Fatalf("clone of a corrupt snapshot: %v", err)
+	}
+	if ids, _ := s.IDs(); len(ids) != 1 {
+		t.Fatalf("a refused clone left files: %v", ids)
+	}
+	if _, _, err := s.Clone("snap_src", sum, "snap_none", func(string) bool { return false }); err == nil {
+		t.Fatal("a clone of no files succeeded")
+	}
+}
