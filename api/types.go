@@ -149,6 +149,9 @@ type Error struct {
 type ErrorBody struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// RequestID names the request in the daemon's log (also sent as the
+	// X-Request-Id header), so an internal error can be traced.
+	RequestID string `json:"request_id,omitempty"`
 }
 
 // Snapshot types.

@@ -5,14 +5,18 @@
 package httpapi
 
 import (
+	"context"
+	"crypto/rand"
 	"crypto/subtle"
 	_ "embed"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -54,6 +58,7 @@ type Server struct {
 	log      *slog.Logger
 	reg      *prometheus.Registry
 	requests *prometheus.CounterVec
+	panics   prometheus.Counter
 	mux      *http.ServeMux
 }
 
@@ -72,7 +77,10 @@ func New(cfg Config, mgr *sandbox.Manager) (*Server, error) {
 	s.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "forkbox_http_requests_total", Help: "HTTP requests by route and status code.",
 	}, []string{"route", "code"})
-	s.reg.MustRegister(s.requests, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	s.panics = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "forkbox_http_panics_total", Help: "Panics recovered in request handlers (each one a bug, logged with its stack).",
+	})
+	s.reg.MustRegister(s.requests, s.panics, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	if err := mgr.Register(s.reg); err != nil {
 		return nil, err
 	}
@@ -130,7 +138,11 @@ func (s *Server) routes() {
 	h("DELETE /v1/sandboxes/{sandbox}/contexts/{id}", s.contextAction(sandbox.ContextDelete))
 	h("POST /v1/sandboxes/{sandbox}/contexts/{id}/interrupt", s.contextAction(sandbox.ContextInterrupt))
 	h("POST /v1/sandboxes/{sandbox}/contexts/{id}/restart", s.contextAction(sandbox.ContextRestart))
-	s.mux.Handle("/mcp", mcpserver.Handler(s.mux)) // MCP over streamable HTTP; its tools call this mux in-process
+	// MCP over streamable HTTP; its tools call this mux in-process, with
+	// the same panic recovery as HTTP requests.
+	s.mux.Handle("/mcp", mcpserver.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.serve(w, r, s.mux)
+	})))
 	// The web UI: index.html at /, its files under /ui/.
 	ui := web.Handler()
 	s.mux.Handle("GET /{$}", ui)
@@ -140,22 +152,88 @@ func (s *Server) routes() {
 	})
 }
 
-// Handler returns the API with authentication in front.
+// Handler returns the API with request ids, panic recovery and
+// authentication in front.
 func (s *Server) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// The UI's files are public (they hold no secret; the page asks for
-		// the key), everything else needs the key.
-		if s.cfg.APIKey != "" && r.URL.Path != "/healthz" && !web.Public(r) {
-			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.APIKey)) != 1 {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="forkbox"`)
-				writeError(w, errdefs.Unauthenticated("missing or wrong API key: send Authorization: Bearer <FORKBOX_API_KEY>"))
-				s.requests.WithLabelValues("auth", "401").Inc()
-				return
+		s.serve(w, r, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			// The UI's files are public (they hold no secret; the page asks
+			// for the key), everything else needs the key.
+			if s.cfg.APIKey != "" && r.URL.Path != "/healthz" && !web.Public(r) {
+				got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+				if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.APIKey)) != 1 {
+					w.Header().Set("WWW-Authenticate", `Bearer realm="forkbox"`)
+					writeError(w, errdefs.Unauthenticated("missing or wrong API key: send Authorization: Bearer <FORKBOX_API_KEY>"))
+					s.requests.WithLabelValues("auth", "401").Inc()
+					return
+				}
 			}
-		}
-		s.mux.ServeHTTP(w, r)
+			s.mux.ServeHTTP(w, r)
+		}))
 	})
+}
+
+// requestIDHeader carries a request's id both ways: a client may choose it
+// (to find its request in the log), else the daemon makes one.
+const requestIDHeader = "X-Request-Id"
+
+type ridKey struct{}
+
+// RequestID returns the id of the request ctx belongs to ("" outside one).
+func RequestID(ctx context.Context) string {
+	id, _ := ctx.Value(ridKey{}).(string)
+	return id
+}
+
+// requestID is the client's X-Request-Id when it is a short plain token,
+// else a new random one.
+func requestID(r *http.Request) string {
+	if id := r.Header.Get(requestIDHeader); len(id) > 0 && len(id) <= 64 && strings.Trim(id,
+		"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == "" {
+		return id
+	}
+	var b [8]byte
+	rand.Read(b[:])
+	return "req_" + hex.EncodeToString(b[:])
+}
+
+// serve runs h for one request with an id and panic recovery: a panic in a
+// handler becomes a 500 carrying the request id (its stack goes to the log
+// under the same id), or, when the answer had already started, an error
+// event on an event stream or a cut connection on anything else, so a
+// client never takes a truncated answer for a whole one. Every lock, temp
+// dir and reservation a handler took is released by its own deferred
+// cleanups as the panic unwinds through them.
+func (s *Server) serve(w http.ResponseWriter, r *http.Request, h http.Handler) {
+	rid := RequestID(r.Context())
+	if rid == "" { // the in-process MCP client's requests come with the id of their /mcp request
+		rid = requestID(r)
+		r = r.WithContext(context.WithValue(r.Context(), ridKey{}, rid))
+	}
+	w.Header().Set(requestIDHeader, rid)
+	sw := &statusWriter{ResponseWriter: w}
+	defer func() {
+		p := recover()
+		if p == nil {
+			return
+		}
+		if p == http.ErrAbortHandler {
+			panic(p)
+		}
+		s.panics.Inc()
+		s.log.Error("panic in request handler", "request_id", rid, "method", r.Method, "path", r.URL.Path,
+			"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+		err := fmt.Errorf("internal error (request %s): the daemon hit a bug handling %s %s; it has been logged", rid, r.Method, r.URL.Path)
+		switch {
+		case sw.code == 0:
+			writeError(sw, err)
+		case strings.HasPrefix(sw.Header().Get("Content-Type"), "text/event-stream"):
+			(&sse{w: sw, f: sw}).send(api.EventError, api.ErrorBody{Code: "internal", Message: err.Error(), RequestID: rid})
+		default:
+			panic(http.ErrAbortHandler)
+		}
+	}()
+	h.ServeHTTP(sw, r)
 }
 
 // statusWriter remembers the status code for metrics and logs.
@@ -207,7 +285,8 @@ func (s *Server) instrument(route string, f func(http.ResponseWriter, *http.Requ
 		if code >= 500 {
 			lvl = slog.LevelError
 		}
-		s.log.Log(r.Context(), lvl, "http", "method", r.Method, "path", r.URL.Path, "code", code, "ms", time.Since(start).Milliseconds(), "err", err)
+		s.log.Log(r.Context(), lvl, "http", "request_id", RequestID(r.Context()), "method", r.Method, "path", r.URL.Path,
+			"code", code, "ms", time.Since(start).Milliseconds(), "err", err)
 	})
 }
 
@@ -218,7 +297,7 @@ func writeError(w http.ResponseWriter, err error) {
 	if status == http.StatusInternalServerError && msg == "" {
 		msg = "internal error"
 	}
-	writeJSON(w, status, api.Error{Error: api.ErrorBody{Code: code, Message: msg}})
+	writeJSON(w, status, api.Error{Error: api.ErrorBody{Code: code, Message: msg, RequestID: w.Header().Get(requestIDHeader)}})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -337,6 +416,6 @@ func (l *lazySSE) fail(event string, err error) error {
 		return err
 	}
 	_, code := errdefs.HTTPStatus(err)
-	l.emit(event, api.ErrorBody{Code: code, Message: err.Error()})
+	l.emit(event, api.ErrorBody{Code: code, Message: err.Error(), RequestID: l.w.Header().Get(requestIDHeader)})
 	return nil
 }

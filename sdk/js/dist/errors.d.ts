@@ -14,7 +14,7 @@
  * @module
  */
 /** The machine-readable error codes of the forkbox API. */
-export type ErrorCode = "invalid_argument" | "unauthenticated" | "permission_denied" | "not_found" | "conflict" | "failed_precondition" | "too_large" | "resource_exhausted" | "timeout" | "unavailable" | "internal" | (string & {});
+export type ErrorCode = "invalid_argument" | "unauthenticated" | "permission_denied" | "not_found" | "conflict" | "failed_precondition" | "busy" | "too_large" | "resource_exhausted" | "timeout" | "unavailable" | "internal" | (string & {});
 /**
  * An error answer of the daemon (or a daemon that could not be reached).
  * `code` is the API's error code, `status` the HTTP status (0 when no answer
@@ -49,6 +49,13 @@ export declare class ConflictError extends ForkboxError {
  * running, terminated, suspended without auto-resume). A {@link ConflictError}.
  */
 export declare class FailedPreconditionError extends ConflictError {
+}
+/**
+ * 409 busy: another operation (a suspend, resume, checkpoint or create) holds
+ * the sandbox for longer than the daemon waits; the message names it. Trying
+ * again later may succeed. A {@link ConflictError}.
+ */
+export declare class BusyError extends ConflictError {
 }
 /** 413 too_large: a file or upload above the daemon's limit. */
 export declare class TooLargeError extends ForkboxError {

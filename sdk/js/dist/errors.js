@@ -51,6 +51,13 @@ export class ConflictError extends ForkboxError {
  */
 export class FailedPreconditionError extends ConflictError {
 }
+/**
+ * 409 busy: another operation (a suspend, resume, checkpoint or create) holds
+ * the sandbox for longer than the daemon waits; the message names it. Trying
+ * again later may succeed. A {@link ConflictError}.
+ */
+export class BusyError extends ConflictError {
+}
 /** 413 too_large: a file or upload above the daemon's limit. */
 export class TooLargeError extends ForkboxError {
 }
@@ -79,6 +86,7 @@ const classByCode = {
     not_found: NotFoundError,
     conflict: ConflictError,
     failed_precondition: FailedPreconditionError,
+    busy: BusyError,
     too_large: TooLargeError,
     resource_exhausted: ResourceExhaustedError,
     timeout: TimeoutError,
@@ -92,6 +100,7 @@ const statusByCode = {
     not_found: 404,
     conflict: 409,
     failed_precondition: 409,
+    busy: 409,
     too_large: 413,
     resource_exhausted: 429,
     timeout: 504,

@@ -22,6 +22,7 @@ export type ErrorCode =
   | "not_found"
   | "conflict"
   | "failed_precondition"
+  | "busy"
   | "too_large"
   | "resource_exhausted"
   | "timeout"
@@ -63,6 +64,12 @@ export class ConflictError extends ForkboxError {}
  * running, terminated, suspended without auto-resume). A {@link ConflictError}.
  */
 export class FailedPreconditionError extends ConflictError {}
+/**
+ * 409 busy: another operation (a suspend, resume, checkpoint or create) holds
+ * the sandbox for longer than the daemon waits; the message names it. Trying
+ * again later may succeed. A {@link ConflictError}.
+ */
+export class BusyError extends ConflictError {}
 /** 413 too_large: a file or upload above the daemon's limit. */
 export class TooLargeError extends ForkboxError {}
 /** 429 resource_exhausted: no room (disk, sandboxes) for the call. */
@@ -88,6 +95,7 @@ const classByCode: Record<string, ErrorClass> = {
   not_found: NotFoundError,
   conflict: ConflictError,
   failed_precondition: FailedPreconditionError,
+  busy: BusyError,
   too_large: TooLargeError,
   resource_exhausted: ResourceExhaustedError,
   timeout: TimeoutError,
@@ -102,6 +110,7 @@ const statusByCode: Record<string, number> = {
   not_found: 404,
   conflict: 409,
   failed_precondition: 409,
+  busy: 409,
   too_large: 413,
   resource_exhausted: 429,
   timeout: 504,

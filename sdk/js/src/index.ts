@@ -23,6 +23,7 @@
 export { ForkboxClient, type CreatePoolOptions } from "./client.js";
 export {
   AuthenticationError,
+  BusyError,
   codeForStatus,
   ConflictError,
   ConnectionError,

@@ -100,6 +100,14 @@ class FailedPreconditionError(ConflictError):
     default_code, default_status = "failed_precondition", 409
 
 
+class BusyError(ConflictError):
+    """409: another operation (a suspend, resume, checkpoint or create) holds
+    the sandbox for longer than the daemon waits; the message names it. Trying
+    again later may succeed. A :class:`ConflictError` too."""
+
+    default_code, default_status = "busy", 409
+
+
 class TooLargeError(ForkboxError):
     """413: the upload or request body is over the daemon's limit."""
 
@@ -171,6 +179,7 @@ _BY_CODE: Dict[str, Type[ForkboxError]] = {
     "not_found": NotFoundError,
     "conflict": ConflictError,
     "failed_precondition": FailedPreconditionError,
+    "busy": BusyError,
     "too_large": TooLargeError,
     "resource_exhausted": ResourceExhaustedError,
     "timeout": SandboxTimeoutError,
@@ -197,6 +206,7 @@ _STATUS_FOR_CODE = {
     "not_found": 404,
     "conflict": 409,
     "failed_precondition": 409,
+    "busy": 409,
     "too_large": 413,
     "resource_exhausted": 429,
     "timeout": 504,
