@@ -14,7 +14,7 @@ ARGS   ?=
 # Run privileged steps directly as root, else through sudo when present.
 SUDO := $(shell if [ "$$(id -u)" -ne 0 ]; then command -v sudo; fi)
 
-.PHONY: all build setup image run test bench fmt fmt-check vet clean
+.PHONY: all build setup image run test bench soak fmt fmt-check vet clean
 
 all: build
 
@@ -24,7 +24,7 @@ all: build
 # A phony target so Go's own cache decides what to rebuild.
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN) ./cmd/forkbox
-	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)-agent ./cmd/forkbox-agent
+	CGO_ENABLED=0 $(GO) build -trimpath -tags forkbox_agent -o $(BIN)-agent ./cmd/forkbox-agent
 
 setup:
 	@if [ "$$(id -u)" -ne 0 ]; then \
@@ -50,6 +50,36 @@ test: setup build image fmt-check vet
 bench: setup build image
 	@if [ "$$(id -u)" -ne 0 ]; then echo "make bench: benchmarks need root" >&2; exit 1; fi
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./bench/...
+
+# The soak (test/soak): mixed concurrent traffic against one daemon for
+# SOAK_DURATION, failing on any error or leak; make test runs a 2-minute one.
+# A longer SOAK_DURATION needs a SOAK_TIMEOUT of at least 10 minutes more.
+SOAK_DURATION ?= 20m
+SOAK_TIMEOUT  ?= 45m
+soak: setup build image
+	@if [ "$$(id -u)" -ne 0 ]; then echo "make soak: the soak needs root" >&2; exit 1; fi
+	FORKBOX_SOAK_DURATION=$(SOAK_DURATION) $(GO) test -count=1 -v -run '^TestSoak$$' -timeout $(SOAK_TIMEOUT) ./test/soak/
+
+# Fuzzing: every Fuzz target of the repository (found with go test -list in
+# the packages whose tests declare one, so new targets are picked up), one
+# after another, for FUZZTIME each; FUZZMINIMIZETIME bounds the shrinking of
+# each new input (the default, 60s, would eat the slow targets' time). Their
+# seed corpora (testdata/fuzz/) already run in make test as plain tests. A
+# failure leaves its input in the package's testdata/fuzz/ and fails the run
+# at the end, after the other targets ran.
+FUZZTIME         ?= 20s
+FUZZMINIMIZETIME ?= 5s
+.PHONY: fuzz
+fuzz:
+	@pkgs=$$(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -r -n1 dirname | sort -u); \
+	list=$$($(GO) test -list '^Fuzz' $$pkgs) || { echo "$$list" >&2; exit 1; }; \
+	failed=; \
+	for t in $$(echo "$$list" | awk '/^Fuzz/ { n[++c] = $$1; next } /^ok/ { for (i = 1; i <= c; i++) print $$2 "@" n[i]; c = 0 }'); do \
+		pkg=$${t%@*}; name=$${t#*@}; \
+		echo "== $$name ($$pkg, $(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME) $$pkg </dev/null || failed="$$failed $$name"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "make fuzz: failed:$$failed" >&2; exit 1; fi
 
 fmt:
 	gofmt -w -s .

@@ -141,6 +141,11 @@ func validateStep(st api.RecipeStep) error {
 	}
 	switch {
 	case st.Env != nil:
+		// An empty env is refused: as JSON (omitempty) it is no step at
+		// all, so the same recipe sent by the Go client would fail.
+		if len(st.Env) == 0 {
+			return fmt.Errorf("env sets no variable")
+		}
 		for k := range st.Env {
 			if k == "" || strings.ContainsAny(k, "=\x00") {
 				return fmt.Errorf("invalid variable name %q", k)

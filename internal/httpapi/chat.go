@@ -146,13 +146,14 @@ func (s *Server) uploadFile(w http.ResponseWriter, r *http.Request) error {
 			if name == "" {
 				return errdefs.InvalidArgument("the \"file\" part has no file name")
 			}
-			f, err := svc.Upload(r.Context(), name, part, convID)
+			body := &clientBody{r: part}
+			f, err := svc.Upload(r.Context(), name, body, convID)
 			if err != nil {
 				var mbe *http.MaxBytesError
 				if errors.As(err, &mbe) {
 					return errdefs.TooLarge("the upload is larger than the limit of %d MiB", svc.MaxUploadBytes()>>20)
 				}
-				return err
+				return body.explain(err)
 			}
 			writeJSON(w, http.StatusCreated, f)
 			return nil

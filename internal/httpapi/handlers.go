@@ -158,13 +158,14 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) error {
 		}
 		body = part
 	}
-	res, err := s.mgr.WriteFile(r.Context(), r.PathValue("sandbox"), path, mode, body)
+	cb := &clientBody{r: body}
+	res, err := s.mgr.WriteFile(r.Context(), r.PathValue("sandbox"), path, mode, cb)
 	if err != nil {
 		var maxErr *http.MaxBytesError
-		if errors.As(err, &maxErr) || strings.Contains(err.Error(), "request body too large") {
+		if errors.As(err, &maxErr) || errors.As(cb.err, &maxErr) || strings.Contains(err.Error(), "request body too large") {
 			return errdefs.TooLarge("upload is larger than the limit of %d bytes", s.cfg.MaxUploadBytes)
 		}
-		return err
+		return cb.explain(err)
 	}
 	writeJSON(w, http.StatusOK, res)
 	return nil
@@ -234,4 +235,33 @@ func (c *utf8Carry) flush() string {
 	s := string(c.pending)
 	c.pending = nil
 	return s
+}
+
+// clientBody reads what a client uploads and remembers why a read failed:
+// a body cut short or a multipart part that never ends is the client's
+// error (400), whatever the code that was reading it (the agent client, the
+// upload store) made of it.
+type clientBody struct {
+	r   io.Reader
+	err error
+}
+
+func (c *clientBody) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) && c.err == nil {
+		c.err = err
+	}
+	return n, err
+}
+
+// explain returns the client's error when reading its body failed, else err.
+func (c *clientBody) explain(err error) error {
+	if c.err == nil {
+		return err
+	}
+	var maxErr *http.MaxBytesError
+	if errors.As(c.err, &maxErr) {
+		return errdefs.TooLarge("upload is larger than the limit of %d bytes", maxErr.Limit)
+	}
+	return errdefs.InvalidArgument("the upload ended early or is malformed: %v", c.err)
 }

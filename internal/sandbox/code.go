@@ -38,9 +38,12 @@ func (m *Manager) RunCode(ctx context.Context, ref string, req *api.RunCodeReque
 		areq.TimeoutMS = *req.TimeoutMS
 	}
 	if len(req.Env) > 0 {
-		for k := range req.Env {
+		for k, v := range req.Env {
 			if !envKeyRE.MatchString(k) {
 				return nil, errdefs.InvalidArgument("env: %q is not a valid variable name", k)
+			}
+			if strings.ContainsRune(v, 0) {
+				return nil, errdefs.InvalidArgument("env: value of %s contains a NUL byte", k)
 			}
 		}
 		areq.Env = req.Env

@@ -164,8 +164,12 @@ func smOps() []smOp {
 		{"file-write", func(e *smEnv, s *smSubject) smResult {
 			return e.do("PUT", sbx(s, "/files?path=/workspace/sm.txt"), "application/octet-stream", []byte("state machine"))
 		}},
-		{"file-read", func(e *smEnv, s *smSubject) smResult { return e.json("GET", sbx(s, "/files?path=/etc/os-release"), nil) }},
-		{"file-list", func(e *smEnv, s *smSubject) smResult { return e.json("GET", sbx(s, "/files/list?path=/workspace"), nil) }},
+		{"file-read", func(e *smEnv, s *smSubject) smResult {
+			return e.json("GET", sbx(s, "/files?path=/etc/os-release"), nil)
+		}},
+		{"file-list", func(e *smEnv, s *smSubject) smResult {
+			return e.json("GET", sbx(s, "/files/list?path=/workspace"), nil)
+		}},
 		{"file-remove", func(e *smEnv, s *smSubject) smResult {
 			return e.json("DELETE", sbx(s, "/files?path=/workspace/no-such-file"), nil)
 		}},
@@ -188,7 +192,9 @@ func smOps() []smOp {
 		{"checkpoint-memory", func(e *smEnv, s *smSubject) smResult {
 			return e.json("POST", sbx(s, "/checkpoint"), api.CheckpointRequest{Type: api.SnapshotMemory})
 		}},
-		{"fork", func(e *smEnv, s *smSubject) smResult { return e.json("POST", sbx(s, "/fork"), api.ForkRequest{Count: 2}) }},
+		{"fork", func(e *smEnv, s *smSubject) smResult {
+			return e.json("POST", sbx(s, "/fork"), api.ForkRequest{Count: 2})
+		}},
 		{"snapshots", func(e *smEnv, s *smSubject) smResult { return e.json("GET", "/v1/snapshots?sandbox="+s.id, nil) }},
 		// A pool claim and a create that ask for the subject's name: a
 		// conflict while the subject lives, a new sandbox once it is gone.
@@ -213,7 +219,9 @@ func smOps() []smOp {
 		{"mcp-checkpoint", func(e *smEnv, s *smSubject) smResult {
 			return e.tool("checkpoint", map[string]any{"sandbox": s.id, "type": "memory"})
 		}},
-		{"mcp-fork", func(e *smEnv, s *smSubject) smResult { return e.tool("fork", map[string]any{"sandbox": s.id, "count": 1}) }},
+		{"mcp-fork", func(e *smEnv, s *smSubject) smResult {
+			return e.tool("fork", map[string]any{"sandbox": s.id, "count": 1})
+		}},
 		{"mcp-list_snapshots", func(e *smEnv, s *smSubject) smResult {
 			return e.tool("list_snapshots", map[string]any{"sandbox": s.id})
 		}},
@@ -424,7 +432,9 @@ func TestStateMachine(t *testing.T) {
 		start func(s *smSubject) (ref string, call func() smResult)
 	}{
 		{api.StateCreating, "create:recorded", func(s *smSubject) (string, func() smResult) {
-			return "", func() smResult { return e.json("POST", "/v1/conversations", api.CreateConversationRequest{Title: "held"}) }
+			return "", func() smResult {
+				return e.json("POST", "/v1/conversations", api.CreateConversationRequest{Title: "held"})
+			}
 		}},
 		{api.StateSuspending, "suspend:recorded", func(s *smSubject) (string, func() smResult) {
 			return s.id, func() smResult { return e.json("POST", "/v1/sandboxes/"+s.id+"/suspend", nil) }
