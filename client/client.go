@@ -100,16 +100,18 @@ func (e *APIError) Unwrap() error { return errdefs.FromCode(e.Code) }
 // errors.Is(err, client.ErrNotFound) and errors.Is(err, errdefs.ErrNotFound)
 // agree.
 var (
-	ErrInvalidArgument    = errdefs.ErrInvalidArgument
-	ErrUnauthenticated    = errdefs.ErrUnauthenticated
-	ErrPermissionDenied   = errdefs.ErrPermissionDenied
-	ErrNotFound           = errdefs.ErrNotFound
-	ErrConflict           = errdefs.ErrConflict
-	ErrFailedPrecondition = errdefs.ErrFailedPrecondition
-	ErrTooLarge           = errdefs.ErrTooLarge
-	ErrResourceExhausted  = errdefs.ErrResourceExhausted
-	ErrTimeout            = errdefs.ErrTimeout
-	ErrUnavailable        = errdefs.ErrUnavailable
+	ErrInvalidArgument     = errdefs.ErrInvalidArgument
+	ErrUnauthenticated     = errdefs.ErrUnauthenticated
+	ErrPermissionDenied    = errdefs.ErrPermissionDenied
+	ErrNotFound            = errdefs.ErrNotFound
+	ErrConflict            = errdefs.ErrConflict
+	ErrFailedPrecondition  = errdefs.ErrFailedPrecondition
+	ErrBusy                = errdefs.ErrBusy
+	ErrInsufficientStorage = errdefs.ErrInsufficientStorage
+	ErrTooLarge            = errdefs.ErrTooLarge
+	ErrResourceExhausted   = errdefs.ErrResourceExhausted
+	ErrTimeout             = errdefs.ErrTimeout
+	ErrUnavailable         = errdefs.ErrUnavailable
 )
 
 // codeForStatus guesses an error code when an error answer has no JSON body

@@ -12,7 +12,7 @@ import (
 	"os"
 
 	"github.com/forkbox/forkbox/internal/agent"
-	"github.com/forkbox/forkbox/internal/runtime"
+	"github.com/forkbox/forkbox/internal/sandboxinit"
 )
 
 func main() {
@@ -22,7 +22,7 @@ func main() {
 	}
 	switch role {
 	case "__sandbox-init":
-		runtime.InitMain()
+		sandboxinit.Main()
 	case "agent":
 		if os.Getpid() != 1 {
 			fmt.Fprintln(os.Stderr, "forkbox-agent: the agent runs only as a sandbox's init (pid 1)")

@@ -12,8 +12,10 @@ import (
 
 	"github.com/forkbox/forkbox/internal/agent"
 	"github.com/forkbox/forkbox/internal/daemon"
-	"github.com/forkbox/forkbox/internal/runtime"
+	"github.com/forkbox/forkbox/internal/image"
 	"github.com/forkbox/forkbox/internal/sandbox"
+	"github.com/forkbox/forkbox/internal/sandboxinit"
+	"github.com/forkbox/forkbox/internal/userns"
 	"github.com/spf13/cobra"
 )
 
@@ -53,13 +55,39 @@ func serveCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&debug, "debug", false, "log every request")
 	cmd.Flags().Int64Var(&cfg.MaxUploadMB, "max-upload-mb", envInt("FORKBOX_MAX_UPLOAD_MB", 50),
 		"largest CSV a chat upload may be, in MiB (env FORKBOX_MAX_UPLOAD_MB)")
+	addImageBoundFlags(cmd, &cfg)
 	lockWait := sandbox.DefaultLockWait
 	if v, err := time.ParseDuration(os.Getenv("FORKBOX_LOCK_WAIT")); err == nil && v > 0 {
 		lockWait = v
 	}
+	cmd.Flags().Uint32Var(&cfg.UsernsFirst, "userns-first", uint32(envInt("FORKBOX_USERNS_FIRST", int64(userns.DefaultFirst))),
+		"first host id of the ranges sandboxes' user namespaces map onto; never a host account's (env FORKBOX_USERNS_FIRST)")
+	cmd.Flags().IntVar(&cfg.UsernsCount, "userns-count", int(envInt("FORKBOX_USERNS_COUNT", userns.DefaultCount)),
+		"how many 65536-id ranges from --userns-first sandboxes may use (env FORKBOX_USERNS_COUNT)")
 	cmd.Flags().DurationVar(&cfg.LockWait, "lock-wait", lockWait,
 		"longest a call waits for a sandbox that another operation (a suspend, resume, checkpoint, create) holds before it answers 409 busy (env FORKBOX_LOCK_WAIT)")
 	return cmd
+}
+
+// addImageBoundFlags adds the flags that bound image imports and builds
+// (image.Bounds), in MiB and files.
+func addImageBoundFlags(cmd *cobra.Command, cfg *daemon.Config) {
+	d := image.DefaultBounds
+	var archiveMB, expandedMB int64
+	cmd.Flags().Int64Var(&archiveMB, "max-image-archive-mb", envInt("FORKBOX_MAX_IMAGE_ARCHIVE_MB", d.ArchiveBytes>>20),
+		"largest image archive an import may send, and build context a build may, as sent (compressed or not), in MiB (env FORKBOX_MAX_IMAGE_ARCHIVE_MB)")
+	cmd.Flags().Int64Var(&expandedMB, "max-image-expanded-mb", envInt("FORKBOX_MAX_IMAGE_EXPANDED_MB", d.ExpandedBytes>>20),
+		"most an image archive's layers (together), a build context, or a build's copy steps (together) may expand to, in MiB (env FORKBOX_MAX_IMAGE_EXPANDED_MB)")
+	cmd.Flags().Int64Var(&cfg.ImageBounds.Files, "max-image-files", envInt("FORKBOX_MAX_IMAGE_FILES", d.Files),
+		"most files an image archive's layers (together), a build context, or a build's copy steps (together) may hold (env FORKBOX_MAX_IMAGE_FILES)")
+	prev := cmd.PreRunE
+	cmd.PreRunE = func(c *cobra.Command, args []string) error {
+		cfg.ImageBounds.ArchiveBytes, cfg.ImageBounds.ExpandedBytes = archiveMB<<20, expandedMB<<20
+		if prev != nil {
+			return prev(c, args)
+		}
+		return nil
+	}
 }
 
 // envInt reads an integer environment variable, def when unset or bad.
@@ -127,7 +155,7 @@ func internalCmds() []*cobra.Command {
 			Use:    "__sandbox-init",
 			Hidden: true,
 			Args:   cobra.NoArgs,
-			Run:    func(*cobra.Command, []string) { runtime.InitMain() },
+			Run:    func(*cobra.Command, []string) { sandboxinit.Main() },
 		},
 	}
 }

@@ -26,36 +26,51 @@ type Client struct {
 	dir    *os.File // held open when the socket is reached through it
 }
 
-// maxSocketPath is what fits in sockaddr_un.sun_path with its NUL.
-const maxSocketPath = 107
-
-// NewClient returns a client for the agent listening on socket (a host path).
+// NewClient returns a client for the agent listening on socket (a host
+// path). The socket's directory belongs to the sandbox's root, so what
+// stands at the socket's name is the sandbox's to choose: each connection
+// opens that name without following a symlink, checks that it is a socket,
+// and connects through the descriptor (/proc/self/fd/N), so a subverted
+// agent cannot point the daemon at another sandbox's agent or at any other
+// socket of the host. The directory is held open for the client's life (a
+// deep data dir's path would not fit in a socket address anyway).
 func NewClient(socket string) *Client {
-	addr := socket
-	if len(socket) > maxSocketPath {
-		// Deep data dirs make paths longer than a socket address holds:
-		// reach the socket through an open handle on its directory instead.
-		// The *os.File keeps the handle open as long as the client lives.
-		if dir, err := os.OpenFile(filepath.Dir(socket), unix.O_PATH|unix.O_DIRECTORY, 0); err == nil {
-			addr = fmt.Sprintf("/proc/self/fd/%d/%s", dir.Fd(), filepath.Base(socket))
-			c := newClient(addr)
-			c.dir = dir
-			return c
-		}
+	dir, err := os.OpenFile(filepath.Dir(socket), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		// Calls fail with the reason when they dial.
+		return newClient(socket, nil, err)
 	}
-	return newClient(addr)
+	c := newClient(socket, dir, nil)
+	c.dir = dir
+	return c
 }
 
-func newClient(addr string) *Client {
+func newClient(socket string, dir *os.File, openErr error) *Client {
+	name := filepath.Base(socket)
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			if openErr != nil {
+				return nil, openErr
+			}
+			fd, err := unix.Openat(int(dir.Fd()), name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return nil, &os.PathError{Op: "open", Path: socket, Err: err}
+			}
+			defer unix.Close(fd)
+			var st unix.Stat_t
+			if err := unix.Fstat(fd, &st); err != nil {
+				return nil, &os.PathError{Op: "stat", Path: socket, Err: err}
+			}
+			if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+				return nil, fmt.Errorf("agent socket %s is not a socket (mode %#o): refusing to connect", socket, st.Mode&unix.S_IFMT)
+			}
 			var d net.Dialer
-			return d.DialContext(ctx, "unix", addr)
+			return d.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d", fd))
 		},
 		MaxIdleConnsPerHost: 4,
 		DisableCompression:  true,
 	}
-	return &Client{socket: addr, hc: &http.Client{Transport: tr}}
+	return &Client{socket: socket, hc: &http.Client{Transport: tr}}
 }
 
 // CloseIdle closes idle connections to the agent.
@@ -121,6 +136,20 @@ func (c *Client) Health(ctx context.Context) error {
 	}
 	resp.Body.Close()
 	return nil
+}
+
+// Self asks the agent how its own process stands (see SelfReport).
+func (c *Client) Self(ctx context.Context) (*SelfReport, error) {
+	resp, err := c.do(ctx, http.MethodGet, "/self", nil, nil, "")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var rep SelfReport
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&rep); err != nil {
+		return nil, fmt.Errorf("decode self report: %w", err)
+	}
+	return &rep, nil
 }
 
 // Exec runs a command and calls onEvent for each output chunk as it arrives.

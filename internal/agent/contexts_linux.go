@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"path"
 	"sort"
 	"strings"
 	"sync"
@@ -28,7 +27,13 @@ import (
 // died, and runs its cells one at a time in arrival order (the kernel
 // package's queue). Every language has a default context, made on first use.
 
-// kernelRuntimeDir holds the kernels' connection files (owned by the user).
+// kernelRuntimeDir holds the kernels' connection files, their ipykernel
+// config and their log. It belongs to the user (prepareKernelDir makes it at
+// start) and everything in it is created, read and removed with the user's
+// identity: the kernel package does its file work on the goroutine that
+// calls Start, Restart and Shutdown, and the agent makes those calls from a
+// user thread (asUser). Its parent, /run, is root's, so the user cannot
+// swap the directory itself.
 const kernelRuntimeDir = "/run/forkbox-kernels"
 
 type codeContext struct {
@@ -50,6 +55,12 @@ type contexts struct {
 	byID map[string]*codeContext
 }
 
+// specs finds the sandbox's kernelspecs. The user's own
+// (~/.local/share/jupyter) are written by sandbox code, so discovery runs as
+// the user, never follows a magic link, never opens what is not a regular
+// file or a directory, and reads at most kernel.MaxSpecSize of a spec: a
+// kernel.json that links to /dev/zero, the agent's memory or a root-only
+// file, or is a FIFO, is skipped with a logged reason.
 func (s *server) specs() (map[string]*kernel.Spec, error) {
 	home := "/home/user"
 	for _, kv := range s.cfg.Env {
@@ -57,7 +68,100 @@ func (s *server) specs() (map[string]*kernel.Spec, error) {
 			home = v
 		}
 	}
-	return kernel.FindSpecs(kernel.DefaultSpecDirs(home))
+	var specs map[string]*kernel.Spec
+	var problems error
+	err := s.asUser(func() error {
+		specs, problems = kernel.FindSpecsWith(kernel.DefaultSpecDirs(home), openSpecFile)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.logSpecProblems(problems)
+	return specs, problems
+}
+
+// logSpecProblems logs what was wrong with kernelspecs, once per change:
+// discovery runs on every code call, and the agent's log must not grow with
+// each one.
+func (s *server) logSpecProblems(problems error) {
+	msg := ""
+	if problems != nil {
+		msg = problems.Error()
+	}
+	s.specMu.Lock()
+	changed := msg != s.specProblem
+	s.specProblem = msg
+	s.specMu.Unlock()
+	if changed && msg != "" {
+		s.log.Warn("kernelspecs skipped", "problems", msg)
+	}
+}
+
+// openSpecFile is kernel discovery's Opener. Directories are opened with
+// O_DIRECTORY (which fails before opening anything else); a file is first
+// taken with O_PATH, which opens nothing, and opened for reading only when
+// it is a regular file. Magic links (/proc/<pid>/fd/*, /proc/<pid>/root)
+// are not followed, and nothing on a kernel pseudo filesystem is read.
+func openSpecFile(name string, dir bool) (*os.File, error) {
+	fail := func(err error) (*os.File, error) { return nil, &os.PathError{Op: "open", Path: name, Err: err} }
+	if dir {
+		fd, err := openat2(unix.AT_FDCWD, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NONBLOCK, 0, unix.RESOLVE_NO_MAGICLINKS)
+		if err != nil {
+			return fail(err)
+		}
+		if err := notPseudo(fd); err != nil {
+			unix.Close(fd)
+			return fail(err)
+		}
+		return os.NewFile(uintptr(fd), name), nil
+	}
+	pfd, err := openat2(unix.AT_FDCWD, name, unix.O_PATH, 0, unix.RESOLVE_NO_MAGICLINKS)
+	if err != nil {
+		return fail(err)
+	}
+	defer unix.Close(pfd)
+	var st unix.Stat_t
+	if err := unix.Fstat(pfd, &st); err != nil {
+		return fail(err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return fail(fmt.Errorf("a %s, not a regular file", kindOf(st.Mode)))
+	}
+	if err := notPseudo(pfd); err != nil {
+		return fail(err)
+	}
+	fd, err := reopen(pfd, unix.O_RDONLY|unix.O_NONBLOCK)
+	if err != nil {
+		return fail(err)
+	}
+	var st2 unix.Stat_t
+	if err := unix.Fstat(fd, &st2); err != nil || !sameFile(&st, &st2) {
+		unix.Close(fd)
+		return fail(errors.New("changed while being opened"))
+	}
+	return os.NewFile(uintptr(fd), name), nil
+}
+
+// pseudoFS are file systems whose "files" are kernel state: a kernelspec is
+// never read from one.
+var pseudoFS = map[int64]string{
+	unix.PROC_SUPER_MAGIC: "proc", unix.SYSFS_MAGIC: "sysfs", unix.DEVPTS_SUPER_MAGIC: "devpts",
+	unix.CGROUP_SUPER_MAGIC: "cgroup", unix.CGROUP2_SUPER_MAGIC: "cgroup2", unix.DEBUGFS_MAGIC: "debugfs",
+	unix.TRACEFS_MAGIC: "tracefs", unix.SECURITYFS_MAGIC: "securityfs", unix.BPF_FS_MAGIC: "bpf",
+	unix.PSTOREFS_MAGIC: "pstore", unix.EFIVARFS_MAGIC: "efivarfs", unix.NSFS_MAGIC: "nsfs",
+	unix.BINFMTFS_MAGIC: "binfmt_misc",
+}
+
+func notPseudo(fd int) error {
+	var sfs unix.Statfs_t
+	if err := unix.Fstatfs(fd, &sfs); err != nil {
+		return err
+	}
+	if name, ok := pseudoFS[int64(sfs.Type)]; ok {
+		return fmt.Errorf("on %s, a kernel pseudo filesystem", name)
+	}
+	return nil
 }
 
 func newContextID() string {
@@ -67,45 +171,57 @@ func newContextID() string {
 }
 
 // launch starts a kernel process as the sandbox user through the reaper.
+// The kernel package calls it from the goroutine that started or restarts
+// the kernel, which runs on a user thread; finding the program, opening the
+// log and starting the process all happen with the user's identity.
 func (s *server) launch(argv, env []string, dir string) (int, <-chan kernel.ExitInfo, error) {
 	if len(argv) == 0 {
 		return 0, nil, errors.New("empty kernel argv")
 	}
 	full := MergeEnv(s.cfg.Env, env)
-	bin, err := lookPath(argv[0], full)
+	var pid int
+	var done <-chan unix.WaitStatus
+	err := s.userDo(func() error {
+		bin, err := lookPath(argv[0], full)
+		if err != nil {
+			return err
+		}
+		null, err := os.OpenFile("/dev/null", os.O_RDWR, 0)
+		if err != nil {
+			return err
+		}
+		defer null.Close()
+		// The kernel's own stdout/stderr (not the cells' output, which
+		// travels on iopub) go to a log inside the sandbox's filesystem,
+		// so that a checkpoint finds the file it has open.
+		logf, err := s.openKernelLog()
+		if err != nil {
+			s.log.Warn("kernels' log; kernel output discarded", "err", err)
+			logf = null
+		} else {
+			defer logf.Close()
+		}
+		attr := &os.ProcAttr{
+			Dir:   dir,
+			Env:   full,
+			Files: []*os.File{null, logf, logf},
+			Sys: &syscall.SysProcAttr{
+				Setsid:     true,
+				Credential: &syscall.Credential{Uid: uint32(s.cfg.UID), Gid: uint32(s.cfg.GID), Groups: []uint32{}},
+			},
+		}
+		proc, d, err := s.reaper.start(bin, argv, attr)
+		if err != nil {
+			return err
+		}
+		pid, done = proc.Pid, d
+		proc.Release()
+		setOOMScoreAdj(pid, s.log)
+		return nil
+	})
 	if err != nil {
 		return 0, nil, err
 	}
-	null, err := os.OpenFile("/dev/null", os.O_RDWR, 0)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer null.Close()
-	// The kernel's own stdout/stderr (not the cells' output, which travels on
-	// iopub) go to a log inside the sandbox's filesystem, so that a
-	// checkpoint finds the file it has open.
-	logf, err := os.OpenFile(path.Join(kernelRuntimeDir, "kernels.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		logf = null
-	} else {
-		defer logf.Close()
-	}
-	attr := &os.ProcAttr{
-		Dir:   dir,
-		Env:   full,
-		Files: []*os.File{null, logf, logf},
-		Sys: &syscall.SysProcAttr{
-			Setsid:     true,
-			Credential: &syscall.Credential{Uid: uint32(s.cfg.UID), Gid: uint32(s.cfg.GID), Groups: []uint32{}},
-		},
-	}
-	proc, done, err := s.reaper.start(bin, argv, attr)
-	if err != nil {
-		return 0, nil, err
-	}
-	pid := proc.Pid
-	proc.Release()
-	_ = os.WriteFile(fmt.Sprintf("/proc/%d/oom_score_adj", pid), []byte("0"), 0)
 	exited := make(chan kernel.ExitInfo, 1)
 	go func() {
 		ws := <-done
@@ -132,13 +248,17 @@ func (s *server) ensureKernel(ctx context.Context, c *codeContext) (*kernel.Kern
 			return c.k, nil
 		}
 	}
-	if err := os.MkdirAll(kernelRuntimeDir, 0o700); err != nil {
-		return nil, err
+	if s.kernelDirErr != nil {
+		return nil, fmt.Errorf("start %s kernel: the kernels' runtime directory could not be prepared: %w", c.spec.Name, s.kernelDirErr)
 	}
-	os.Chown(kernelRuntimeDir, s.cfg.UID, s.cfg.GID)
-	k, err := kernel.Start(ctx, kernel.Options{
-		Spec: c.spec, Cwd: c.cwd, Env: c.env, RuntimeDir: kernelRuntimeDir,
-		Launch: s.launch, Logger: s.log,
+	var k *kernel.Kernel
+	err := s.asUser(func() error {
+		var err error
+		k, err = kernel.Start(ctx, kernel.Options{
+			Spec: c.spec, Cwd: c.cwd, Env: c.env, RuntimeDir: kernelRuntimeDir,
+			Launch: s.launch, Logger: s.log,
+		})
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start %s kernel: %w", c.spec.Name, err)
@@ -239,8 +359,12 @@ func (s *server) handleCreateContext(w http.ResponseWriter, r *http.Request) {
 			writeError(w, err)
 			return
 		}
-		if st, err := os.Stat(p); err != nil || !st.IsDir() {
-			writeError(w, errdefs.InvalidArgument("cwd: %s is not a directory in the sandbox", p))
+		// Checked as the user: a directory it may not see answers as one
+		// that does not exist.
+		ok := false
+		s.asUser(func() error { ok = dirEnterable(p); return nil })
+		if !ok {
+			writeError(w, errdefs.InvalidArgument("cwd: %s is not a directory the sandbox user can enter", p))
 			return
 		}
 		cwd = p
@@ -298,7 +422,8 @@ func (s *server) handleDeleteContext(w http.ResponseWriter, r *http.Request) {
 	if k != nil {
 		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 		defer cancel()
-		k.Shutdown(ctx)
+		// Shutdown removes the kernel's config file: as the user.
+		s.asUser(func() error { return k.Shutdown(ctx) })
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
@@ -332,7 +457,8 @@ func (s *server) handleRestartContext(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-k.Dead():
 		default:
-			if err := k.Restart(r.Context()); err != nil {
+			// Restart writes a new connection file: as the user.
+			if err := s.asUser(func() error { return k.Restart(r.Context()) }); err != nil {
 				writeError(w, err)
 				return
 			}

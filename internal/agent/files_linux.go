@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,10 +10,8 @@ import (
 	"net/http"
 	"os"
 	"path"
-	goruntime "runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/forkbox/forkbox/internal/errdefs"
@@ -19,13 +19,20 @@ import (
 )
 
 // File operations run with the sandbox user's filesystem identity (fsuid and
-// fsgid on a thread of their own), so they see exactly the permissions its
-// code sees, and new files belong to it. Every path is resolved with openat2
-// beneath the sandbox root without magic links: a path with "..", a symlink
-// with an absolute target or one that climbs out, and forkbox's own or the
-// kernel's pseudo filesystems are refused with invalid_argument.
+// fsgid on a thread of their own, see asUser), so they see exactly the
+// permissions its code sees, and new files belong to it. Every path is
+// resolved by the kernel with openat2 from the sandbox root (resolveFiles):
+// it stays beneath the root and on the root's own mount, so /proc, /sys,
+// /dev, /.forkbox and an image's read-only binds (the host image's /usr)
+// cannot be reached by any route, whatever symlinks the user planted; such
+// a path is refused with invalid_argument. Symlinks that stay on the root
+// mount keep working, except absolute ones (RESOLVE_BENEATH refuses those).
+// '..' in a path is refused outright. Only regular files are read or
+// replaced and only directories listed: a FIFO, device or socket is refused
+// before it is opened, so nothing can block or touch a device.
 
-// forbidden are trees the files API does not serve.
+// forbidden are trees the files API does not serve. The kernel refuses them
+// anyway (they are other mounts); naming them here gives a clearer error.
 var forbidden = []string{"/proc", "/sys", "/dev", Dir}
 
 // cleanPath validates p (absolute, or relative to the workdir) and returns it
@@ -46,6 +53,9 @@ func (s *server) cleanPath(p string) (string, error) {
 		p = path.Join(s.cfg.WorkDir, p)
 	}
 	p = path.Clean(p)
+	if !strings.HasPrefix(p, "/") {
+		p = "/" + p // a workdir of "" or a relative one
+	}
 	for _, f := range forbidden {
 		if p == f || strings.HasPrefix(p, f+"/") {
 			return "", errdefs.InvalidArgument("path %q is outside the sandbox's filesystem", p)
@@ -56,9 +66,14 @@ func (s *server) cleanPath(p string) (string, error) {
 
 // pathErr maps a file-system errno to an API error.
 func pathErr(p string, err error) error {
+	if status, _ := errdefs.HTTPStatus(err); status != http.StatusInternalServerError {
+		return err // already an API error
+	}
 	switch {
-	case errors.Is(err, unix.EXDEV), errors.Is(err, unix.ELOOP):
-		return errdefs.InvalidArgument("path %q leaves the sandbox through a symlink", p)
+	case errors.Is(err, unix.EXDEV):
+		return errdefs.InvalidArgument("path %q leaves the sandbox's filesystem (an absolute symlink, one that climbs above /, or a way into /proc, /sys, /dev, /.forkbox or another mount)", p)
+	case errors.Is(err, unix.ELOOP):
+		return errdefs.InvalidArgument("path %q leaves the sandbox's filesystem through a symlink, or has too many symlinks", p)
 	case errors.Is(err, unix.ENOENT):
 		return errdefs.NotFound("%s: no such file or directory", p)
 	case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM), errors.Is(err, unix.EROFS):
@@ -67,74 +82,63 @@ func pathErr(p string, err error) error {
 		return errdefs.InvalidArgument("%s is a directory", p)
 	case errors.Is(err, unix.ENOTDIR):
 		return errdefs.InvalidArgument("%s: a parent is not a directory", p)
-	case errors.Is(err, unix.ENOTEMPTY), errors.Is(err, unix.EEXIST):
+	case errors.Is(err, unix.ENOTEMPTY), errors.Is(err, unix.EEXIST), errors.Is(err, unix.EBUSY):
 		return errdefs.FailedPrecondition("%s: %v", p, err)
 	case errors.Is(err, unix.ENOSPC), errors.Is(err, unix.EDQUOT):
 		return errdefs.ResourceExhausted("%s: no space left on the sandbox disk", p)
+	case errors.Is(err, unix.ENAMETOOLONG):
+		return errdefs.InvalidArgument("%s: name too long", p)
 	}
 	return fmt.Errorf("%s: %w", p, err)
 }
 
-const resolve = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS
-
-// openBeneath opens p (absolute in the sandbox) beneath the root.
+// openBeneath opens p (absolute in the sandbox) from the root, confined to
+// the root mount (resolveFiles).
 func (s *server) openBeneath(p string, flags int, mode uint32) (int, error) {
 	rel := strings.TrimPrefix(p, "/")
 	if rel == "" {
 		rel = "."
 	}
-	for {
-		fd, err := unix.Openat2(s.rootFD, rel, &unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Mode: uint64(mode), Resolve: resolve})
-		if err == unix.EINTR || err == unix.EAGAIN {
-			continue
-		}
-		return fd, err
-	}
+	return openat2(s.rootFD, rel, flags, mode, resolveFiles)
 }
 
-// asUser runs fn on a thread whose filesystem identity is the sandbox user,
-// then gives the thread back with root's identity (and with it the
-// filesystem capabilities, which the kernel restores when fsuid returns to
-// 0). If restoring fails, the thread stays locked and dies with the
-// goroutine instead of going back to the pool with a changed identity.
-// Reusing threads matters: a sandbox at its PID limit has no room for a new
-// one.
-func (s *server) asUser(fn func() error) error {
-	ch := make(chan error, 1)
-	go func() {
-		goruntime.LockOSThread()
-		unix.Setfsgid(s.cfg.GID)
-		unix.Setfsuid(s.cfg.UID)
-		ch <- fn()
-		unix.Setfsuid(0)
-		unix.Setfsgid(0)
-		if uid, err := unix.SetfsuidRetUid(-1); err == nil && uid == 0 {
-			if gid, err := unix.SetfsgidRetGid(-1); err == nil && gid == 0 {
-				goruntime.UnlockOSThread()
-			}
-		}
-	}()
-	return <-ch
-}
-
-// reserveThreads makes the Go runtime start n OS threads now and keep them
-// idle: the agent counts against the sandbox's PID limit, and a fork bomb
-// that takes every free PID must not leave the runtime unable to create the
-// thread it needs (which is fatal in Go).
-func reserveThreads(n int) {
-	var ready, release sync.WaitGroup
-	ready.Add(n)
-	release.Add(1)
-	for i := 0; i < n; i++ {
-		go func() {
-			goruntime.LockOSThread() // each goroutine on a thread of its own
-			ready.Done()
-			release.Wait()
-			goruntime.UnlockOSThread() // the thread stays, idle, for later use
-		}()
+// openNode opens p for reading: a regular file, or a directory when dir is
+// set. It first takes an O_PATH descriptor, which opens nothing (a FIFO
+// does not block, a device is not touched), decides on its fstat, and only
+// then opens that same file for reading. The caller runs as the user.
+func (s *server) openNode(p string, dir bool) (*os.File, *unix.Stat_t, error) {
+	pfd, err := s.openBeneath(p, unix.O_PATH, 0)
+	if err != nil {
+		return nil, nil, pathErr(p, err)
 	}
-	ready.Wait()
-	release.Done()
+	defer unix.Close(pfd)
+	var st unix.Stat_t
+	if err := unix.Fstat(pfd, &st); err != nil {
+		return nil, nil, pathErr(p, err)
+	}
+	typ := st.Mode & unix.S_IFMT
+	switch {
+	case dir && typ != unix.S_IFDIR:
+		return nil, nil, errdefs.InvalidArgument("%s is not a directory (it is a %s)", p, kindOf(st.Mode))
+	case !dir && typ == unix.S_IFDIR:
+		return nil, nil, errdefs.InvalidArgument("%s is a directory", p)
+	case !dir && typ != unix.S_IFREG:
+		return nil, nil, errdefs.InvalidArgument("%s is not a regular file (it is a %s)", p, kindOf(st.Mode))
+	}
+	flags := unix.O_RDONLY
+	if dir {
+		flags |= unix.O_DIRECTORY
+	}
+	fd, err := reopen(pfd, flags)
+	if err != nil {
+		return nil, nil, pathErr(p, err)
+	}
+	var st2 unix.Stat_t
+	if err := unix.Fstat(fd, &st2); err != nil || !sameFile(&st, &st2) {
+		unix.Close(fd)
+		return nil, nil, errdefs.FailedPrecondition("%s changed while it was being opened", p)
+	}
+	return os.NewFile(uintptr(fd), p), &st2, nil
 }
 
 // mkdirAll creates the directories of p beneath the root, as the user.
@@ -164,30 +168,31 @@ func (s *server) handleRead(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	var fd int
+	var f *os.File
+	var st *unix.Stat_t
 	err = s.asUser(func() error {
 		var err error
-		fd, err = s.openBeneath(p, unix.O_RDONLY, 0)
+		f, st, err = s.openNode(p, false)
 		return err
 	})
 	if err != nil {
-		writeError(w, pathErr(p, err))
+		writeError(w, err)
 		return
 	}
-	f := os.NewFile(uintptr(fd), p)
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		writeError(w, pathErr(p, err))
-		return
-	}
-	if !st.Mode().IsRegular() {
-		writeError(w, errdefs.InvalidArgument("%s is not a regular file", p))
-		return
-	}
 	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Header().Set("Content-Length", strconv.FormatInt(st.Size(), 10))
-	io.Copy(w, f)
+	w.Header().Set("Content-Length", strconv.FormatInt(st.Size, 10))
+	// Exactly the announced length: a file that grows meanwhile is cut
+	// there, one that shrinks ends the answer short (the client sees it).
+	io.CopyN(w, f, st.Size)
+}
+
+// tempName is the name an upload is written under before it replaces
+// name: random, so that nothing can be planted there ahead of it.
+func tempName(name string) string {
+	var b [8]byte
+	rand.Read(b[:])
+	return "." + name + ".forkbox-" + hex.EncodeToString(b[:])
 }
 
 func (s *server) handleWrite(w http.ResponseWriter, r *http.Request) {
@@ -211,7 +216,7 @@ func (s *server) handleWrite(w http.ResponseWriter, r *http.Request) {
 		mode = uint32(v) & 0o777
 	}
 	dir, name := path.Split(p)
-	tmp := fmt.Sprintf(".%s.forkbox-%d", name, time.Now().UnixNano())
+	tmp := tempName(name)
 	var dirFD, fd int
 	err = s.asUser(func() error {
 		if err := s.mkdirAll(dir); err != nil {
@@ -221,14 +226,23 @@ func (s *server) handleWrite(w http.ResponseWriter, r *http.Request) {
 		if dirFD, err = s.openBeneath(dir, unix.O_PATH|unix.O_DIRECTORY, 0); err != nil {
 			return pathErr(dir, err)
 		}
-		// Refuse to replace a directory or to write through a symlink.
+		// Replace only a regular file: not a directory, not a symlink (the
+		// rename would replace the link, not write through it), not a
+		// FIFO, device or socket.
 		var st unix.Stat_t
 		if err := unix.Fstatat(dirFD, name, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil {
 			switch st.Mode & unix.S_IFMT {
+			case unix.S_IFREG:
 			case unix.S_IFDIR:
-				return errdefs.InvalidArgument("%s is a directory", p)
+				err = errdefs.InvalidArgument("%s is a directory", p)
 			case unix.S_IFLNK:
-				return errdefs.InvalidArgument("%s is a symlink; write to its target's path", p)
+				err = errdefs.InvalidArgument("%s is a symlink; write to its target's path", p)
+			default:
+				err = errdefs.InvalidArgument("%s is not a regular file (it is a %s)", p, kindOf(st.Mode))
+			}
+			if err != nil {
+				unix.Close(dirFD)
+				return err
 			}
 		}
 		if fd, err = unix.Openat(dirFD, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC|unix.O_NOFOLLOW, mode); err != nil {
@@ -242,19 +256,31 @@ func (s *server) handleWrite(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer unix.Close(dirFD)
+	// The body streams into the temp file from an ordinary thread: the
+	// descriptor carries the user's rights, and a slow upload holds no
+	// thread of the user's.
 	f := os.NewFile(uintptr(fd), tmp)
-	n, err := io.Copy(f, r.Body)
-	if err == nil {
-		err = f.Chmod(os.FileMode(mode))
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = unix.Renameat(dirFD, tmp, dirFD, name)
-	}
+	n, copyErr := io.Copy(f, r.Body)
+	// The mode (which the umask may have cut), the close and the rename into
+	// place are the user's too: a rename as root would replace files the
+	// user may not (another's file in a sticky directory like /tmp).
+	err = s.asUser(func() error {
+		err := copyErr
+		if err == nil {
+			err = f.Chmod(os.FileMode(mode))
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			err = unix.Renameat(dirFD, tmp, dirFD, name)
+		}
+		if err != nil {
+			unix.Unlinkat(dirFD, tmp, 0)
+		}
+		return err
+	})
 	if err != nil {
-		unix.Unlinkat(dirFD, tmp, 0)
 		writeError(w, pathErr(p, err))
 		return
 	}
@@ -291,7 +317,8 @@ func (s *server) handleRemove(w http.ResponseWriter, r *http.Request) {
 }
 
 // removeAt removes name in dirFD, descending into directories when recursive.
-// Symlinks are removed, never followed.
+// Symlinks, FIFOs, devices and sockets are unlinked like files, never
+// followed or opened. The descent never crosses into another mount.
 func (s *server) removeAt(dirFD int, name, p string, recursive bool) error {
 	var st unix.Stat_t
 	if err := unix.Fstatat(dirFD, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
@@ -304,7 +331,7 @@ func (s *server) removeAt(dirFD int, name, p string, recursive bool) error {
 		return nil
 	}
 	if recursive {
-		sub, err := unix.Openat(dirFD, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		sub, err := openat2(dirFD, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0, resolveOwn)
 		if err != nil {
 			return pathErr(p, err)
 		}
@@ -344,16 +371,16 @@ func (s *server) handleList(w http.ResponseWriter, r *http.Request) {
 	}
 	var entries []FileEntry
 	err = s.asUser(func() error {
-		fd, err := s.openBeneath(p, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		d, _, err := s.openNode(p, true)
 		if err != nil {
-			return pathErr(p, err)
+			return err
 		}
-		d := os.NewFile(uintptr(fd), p)
 		defer d.Close()
 		names, err := d.Readdirnames(-1)
 		if err != nil {
 			return pathErr(p, err)
 		}
+		fd := int(d.Fd())
 		for _, n := range names {
 			var st unix.Stat_t
 			if err := unix.Fstatat(fd, n, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {

@@ -118,6 +118,23 @@ type CodeEvent struct {
 	PID       int                 `json:"pid,omitempty"` // the kernel's pid inside the sandbox
 }
 
+// SelfReport is what the agent's process looks like to itself (GET /self):
+// its dumpable flag (anything but 1: no other process may read its memory
+// or ptrace it),
+// its capability sets as /proc/<pid>/status shows them and the sets it
+// means to hold, its supplementary groups and no_new_privs. The daemon does
+// not need it; tests check with it that an agent restored from a snapshot
+// is as locked down as one that started.
+type SelfReport struct {
+	Dumpable   int    `json:"dumpable"`
+	CapEff     string `json:"cap_eff"`
+	CapPrm     string `json:"cap_prm"`
+	WantEff    string `json:"want_eff"`
+	WantPrm    string `json:"want_prm"`
+	Groups     []int  `json:"groups"`
+	NoNewPrivs int    `json:"no_new_privs"`
+}
+
 // ErrorBody is the agent's error answer.
 type ErrorBody struct {
 	Error struct {

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -42,6 +41,11 @@ func run(status *os.File) error {
 		}
 	}
 	trace("agent-start")
+	// Before anything else: the agent's memory, environment and descriptors
+	// are for no other process of the sandbox to read.
+	if err := setNotDumpable(); err != nil {
+		return err
+	}
 	// Standard streams point at the host's /dev/null until now; reopen them
 	// inside the sandbox so that nothing refers outside its mounts.
 	null, err := os.OpenFile("/dev/null", os.O_RDWR, 0)
@@ -67,7 +71,22 @@ func run(status *os.File) error {
 	// child is set back to 0 right after it starts.
 	_ = os.WriteFile("/proc/self/oom_score_adj", []byte("-1000"), 0)
 	reserveThreads(12)
-	ensureWorkDir(cfg, log)
+	if err := dropGroups(); err != nil {
+		return err
+	}
+	s := &server{cfg: cfg, log: log, reaper: newReaper(), ctxs: contexts{byID: map[string]*codeContext{}}}
+	if s.rootFD, err = unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+		return err
+	}
+	// What needs chown happens now, before the capabilities go.
+	s.ensureWorkDir()
+	if !cfg.Build {
+		// A build's layer must not carry it, and builds run no kernels.
+		if err := s.prepareKernelDir(); err != nil {
+			log.Warn("kernels' runtime directory; code contexts will not start", "err", err)
+			s.kernelDirErr = err
+		}
+	}
 	var keep []uintptr
 	if cfg.Build {
 		keep = harden.BuildCaps
@@ -76,10 +95,6 @@ func run(status *os.File) error {
 		return fmt.Errorf("harden: %w", err)
 	}
 	trace("agent-hardened")
-	s := &server{cfg: cfg, log: log, reaper: newReaper(), ctxs: contexts{byID: map[string]*codeContext{}}}
-	if s.rootFD, err = unix.Open("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
-		return err
-	}
 	sock := filepath.Join(RunDir, SocketName)
 	_ = os.Remove(sock)
 	ln, err := net.Listen("unix", sock)
@@ -89,7 +104,13 @@ func run(status *os.File) error {
 	if err := os.Chmod(sock, 0o600); err != nil {
 		return err
 	}
-	log.Info("agent serving", "sandbox", cfg.SandboxID, "socket", sock)
+	caps := wantedCaps(cfg.Build)
+	if err := dropCapabilities(caps); err != nil {
+		return err
+	}
+	s.caps = &caps
+	trace("agent-least-privilege")
+	log.Info("agent serving", "sandbox", cfg.SandboxID, "socket", sock, "cap_eff", capHex(caps.eff), "cap_prm", capHex(caps.prm))
 	if status != nil {
 		fmt.Fprintln(status, "ok")
 		status.Close()
@@ -102,14 +123,31 @@ type server struct {
 	cfg    Config
 	log    *slog.Logger
 	reaper *reaper
-	rootFD int
+	rootFD int // the sandbox's root, O_PATH: where every path is resolved from
 	ctxs   contexts
+	// caps are the capability sets the agent keeps once it serves; nil
+	// until then.
+	caps *capSets
+	// kernelDirErr says why the kernels' runtime directory could not be
+	// prepared at start; code contexts then fail with it.
+	kernelDirErr error
+
+	specMu      sync.Mutex
+	specProblem string // the last kernelspec problems logged
 }
 
 func (s *server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /self", func(w http.ResponseWriter, r *http.Request) {
+		rep, err := s.selfReport()
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSONAnswer(w, http.StatusOK, rep)
 	})
 	mux.HandleFunc("POST /exec", s.handleExec)
 	mux.HandleFunc("GET /files", s.handleRead)
@@ -135,7 +173,10 @@ func writeError(w http.ResponseWriter, err error) {
 	json.NewEncoder(w).Encode(body)
 }
 
-// lookPath finds cmd on the PATH of env, as execvp would.
+// lookPath finds cmd on the PATH of env, as execvp would. It looks with the
+// calling thread's identity and through no magic link: run as the user, a
+// directory the user cannot search hides what is in it, exactly as it does
+// for the user's own shell.
 func lookPath(cmd string, env []string) (string, error) {
 	if strings.Contains(cmd, "/") {
 		return cmd, nil
@@ -150,8 +191,7 @@ func lookPath(cmd string, env []string) (string, error) {
 		if dir == "" {
 			dir = "."
 		}
-		p := filepath.Join(dir, cmd)
-		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+		if p := filepath.Join(dir, cmd); isExecutable(p) {
 			return p, nil
 		}
 	}
@@ -166,27 +206,14 @@ func (s *server) credential(root bool) *syscall.Credential {
 	return &syscall.Credential{Uid: uint32(s.cfg.UID), Gid: uint32(s.cfg.GID), Groups: []uint32{}}
 }
 
-// ensureWorkDir creates the sandbox's working directory, owned by the
-// sandbox user, when the image lacks it (a recipe's workdir step or an OCI
-// config may name a directory nothing created). It lands in the writable
-// layer, never in the image. Failing is logged, not fatal: commands then say
-// what is missing.
-func ensureWorkDir(cfg Config, log *slog.Logger) {
-	if cfg.WorkDir == "" || cfg.WorkDir == "/" {
-		return
+// asCaller runs fn with the identity a command runs as: the user's (on a
+// user thread), or root's for a build's root command, which only the daemon
+// can ask for.
+func (s *server) asCaller(root bool, fn func() error) error {
+	if root {
+		return fn()
 	}
-	if _, err := os.Stat(cfg.WorkDir); err == nil {
-		return
-	}
-	if err := os.MkdirAll(cfg.WorkDir, 0o755); err != nil {
-		log.Warn("create workdir", "dir", cfg.WorkDir, "err", err)
-		return
-	}
-	if !cfg.Build {
-		if err := os.Chown(cfg.WorkDir, cfg.UID, cfg.GID); err != nil {
-			log.Warn("chown workdir", "dir", cfg.WorkDir, "err", err)
-		}
-	}
+	return s.asUser(fn)
 }
 
 func (s *server) handleExec(w http.ResponseWriter, r *http.Request) {
@@ -231,10 +258,6 @@ func (s *server) runCommand(r *http.Request, req *ExecRequest, env []string, cwd
 		send(ExecEvent{Stream: "stderr", Data: []byte(msg + "\n")})
 		return &ExitStatus{Code: code, Error: msg, DurationMS: time.Since(start).Milliseconds()}
 	}
-	path, err := lookPath(req.Cmd, env)
-	if err != nil {
-		return fail(127, err.Error())
-	}
 	stdinR, stdinW, err := os.Pipe()
 	if err != nil {
 		return fail(126, err.Error())
@@ -256,23 +279,52 @@ func (s *server) runCommand(r *http.Request, req *ExecRequest, env []string, cwd
 			Credential: s.credential(req.Root),
 		},
 	}
-	proc, done, err := s.reaper.start(path, append([]string{req.Cmd}, req.Args...), attr)
+	// Finding the command, checking the working directory, starting the
+	// process and resetting its OOM score all happen with the identity it
+	// runs as: the agent finds out nothing about the filesystem on the
+	// user's behalf that the user could not see.
+	var pid int
+	var done <-chan unix.WaitStatus
+	var failed *ExitStatus
+	err = s.asCaller(req.Root, func() error {
+		path, err := lookPath(req.Cmd, env)
+		if err != nil {
+			failed = fail(127, err.Error())
+			return nil
+		}
+		// A build's root command may enter what the agent itself no
+		// longer may (it runs with the build capabilities): its own chdir
+		// decides.
+		if cwd != "" && !req.Root && !dirEnterable(cwd) {
+			failed = fail(126, fmt.Sprintf("cwd %s: no such directory, or its user may not enter it", cwd))
+			return nil
+		}
+		proc, d, err := s.reaper.start(path, append([]string{req.Cmd}, req.Args...), attr)
+		if err != nil {
+			code := 126
+			if errors.Is(err, os.ErrNotExist) {
+				code = 127
+			}
+			failed = fail(code, fmt.Sprintf("%s: %v", req.Cmd, err))
+			return nil
+		}
+		pid, done = proc.Pid, d
+		proc.Release()
+		setOOMScoreAdj(pid, s.log)
+		return nil
+	})
 	stdinR.Close()
 	outW.Close()
 	errW.Close()
-	if err != nil {
+	if err != nil && failed == nil {
+		failed = fail(126, err.Error())
+	}
+	if failed != nil {
 		stdinW.Close()
 		outR.Close()
 		errR.Close()
-		code := 126
-		if errors.Is(err, os.ErrNotExist) {
-			code = 127
-		}
-		return fail(code, fmt.Sprintf("%s: %v", req.Cmd, err))
+		return failed
 	}
-	pid := proc.Pid
-	proc.Release()
-	_ = os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte("0"), 0)
 	go func() {
 		if len(req.Stdin) > 0 {
 			stdinW.Write(req.Stdin)
@@ -351,7 +403,27 @@ func lineReader(r io.Reader) *bufio.Reader { return bufio.NewReaderSize(r, 64<<1
 type appendFile string
 
 func (f appendFile) Write(b []byte) (int, error) {
-	fh, err := os.OpenFile(string(f), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	// A line logged while a thread works as the user (the kernel package
+	// logs from its caller) is written from another thread: the log is
+	// root's, in a directory the user may not enter.
+	if uid, err := unix.SetfsuidRetUid(-1); err == nil && uid != 0 {
+		type result struct {
+			n   int
+			err error
+		}
+		ch := make(chan result, 1)
+		go func() {
+			n, err := f.write(b)
+			ch <- result{n, err}
+		}()
+		r := <-ch
+		return r.n, r.err
+	}
+	return f.write(b)
+}
+
+func (f appendFile) write(b []byte) (int, error) {
+	fh, err := os.OpenFile(string(f), os.O_CREATE|os.O_WRONLY|os.O_APPEND|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return 0, err
 	}

@@ -47,6 +47,10 @@ type Config struct {
 	Logger  *slog.Logger
 }
 
+// DefaultLimits are a build sandbox's limits when Config sets none (the
+// daemon lowers them to the host's bounds: sandbox.ClampToHost).
+var DefaultLimits = runtime.Limits{CPUs: 2, MemoryMB: 4096, PIDs: 4096}
+
 // Builder builds recipes into images and imports OCI archives. It is safe
 // for concurrent use.
 type Builder struct {
@@ -64,13 +68,13 @@ type Builder struct {
 // sandboxes of rt.
 func New(images *image.Store, rt Runtime, cfg Config) *Builder {
 	if cfg.Limits.CPUs == 0 {
-		cfg.Limits.CPUs = 2
+		cfg.Limits.CPUs = DefaultLimits.CPUs
 	}
 	if cfg.Limits.MemoryMB == 0 {
-		cfg.Limits.MemoryMB = 4096
+		cfg.Limits.MemoryMB = DefaultLimits.MemoryMB
 	}
 	if cfg.Limits.PIDs == 0 {
-		cfg.Limits.PIDs = 4096
+		cfg.Limits.PIDs = DefaultLimits.PIDs
 	}
 	if cfg.DiskMB == 0 {
 		cfg.DiskMB = 16384
@@ -93,6 +97,7 @@ type state struct {
 	chain  string
 	parent string // top layer id ("" for none)
 	img    image.Image
+	copies *image.Budget // what copy steps copied so far
 }
 
 // Build builds r and registers it. buildContext, when not nil, is a tar (or
@@ -120,7 +125,14 @@ func (b *Builder) Build(ctx context.Context, r *api.Recipe, buildContext io.Read
 			return nil, fmt.Errorf("build context: %w", err)
 		}
 		defer os.RemoveAll(dir)
-		if err := image.ExtractTar(ctx, buildContext, dir, image.ExtractOptions{}); err != nil {
+		// Bounded expanded and in files, as an image's layers are (the
+		// context as sent is the caller's to bound: the API bounds the
+		// upload).
+		opts := image.ExtractOptions{Budget: image.NewBudget(b.images.Bounds(), "build context")}
+		if err := image.ExtractTar(ctx, buildContext, dir, opts); err != nil {
+			if errors.Is(err, errdefs.ErrTooLarge) {
+				return nil, err // names the bound
+			}
 			return nil, fmt.Errorf("build context: %w", err)
 		}
 		contextDir = dir
@@ -129,6 +141,9 @@ func (b *Builder) Build(ctx context.Context, r *api.Recipe, buildContext io.Read
 	if err != nil {
 		return nil, err
 	}
+	// Copy steps copy from the context, each as often as the recipe says:
+	// together they are bounded as the context is.
+	st.copies = image.NewBudget(b.images.Bounds(), "copy steps (together)")
 	for i, step := range r.Steps {
 		if err := b.step(ctx, st, i+1, total, step, contextDir, emit); err != nil {
 			return nil, err
@@ -259,6 +274,13 @@ func (b *Builder) step(ctx context.Context, st *state, n, total int, step api.Re
 		id := image.ChainID(st.chain, "copy:"+digest+":"+dest)
 		ev.Detail = step.Copy.Src + " → " + dest
 		if err := b.layer(ctx, st, id, "copy: "+ev.Detail, ev, emit, func(dir string) error {
+			files, size, err := treeCount(src)
+			if err != nil {
+				return fail("%v", err)
+			}
+			if err := st.copies.Add(files, size); err != nil {
+				return fmt.Errorf("step %d/%d (copy): %w", n, total, err)
+			}
 			return copyInto(ctx, src, dir, dest)
 		}); err != nil {
 			return err

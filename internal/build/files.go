@@ -137,6 +137,29 @@ func treeDigest(root string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
+// treeCount counts the entries of a file or directory tree and the bytes
+// of its regular files, for the bound of copy steps.
+func treeCount(root string) (files, size int64, err error) {
+	err = filepath.WalkDir(root, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		files++
+		if d.Type().IsRegular() {
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			size += info.Size()
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("read the build context: %w", err)
+	}
+	return files, size, nil
+}
+
 // copyInto copies src (a file or a directory's contents) to the absolute
 // image path dest inside the layer tree layerDir. A dest ending in "/" takes
 // a file under its own name. Missing parent directories are created 0755,

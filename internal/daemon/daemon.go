@@ -27,6 +27,7 @@ import (
 	"github.com/forkbox/forkbox/internal/sandbox"
 	"github.com/forkbox/forkbox/internal/snapshot"
 	"github.com/forkbox/forkbox/internal/store"
+	"github.com/forkbox/forkbox/internal/userns"
 )
 
 // Config is the daemon's configuration.
@@ -39,6 +40,9 @@ type Config struct {
 	APIKey    string
 	// MaxUploadMB bounds a chat upload (default 50).
 	MaxUploadMB int64
+	// ImageBounds bound image imports and builds: the archive as sent,
+	// what it expands to, its files (zero fields: image.DefaultBounds).
+	ImageBounds image.Bounds
 	// Binary is the executable that runs inside sandboxes (their init and
 	// agent); default: forkbox-agent next to this executable, else this
 	// executable (see SandboxBinary).
@@ -47,7 +51,12 @@ type Config struct {
 	// LockWait bounds every wait for a busy sandbox (default
 	// sandbox.DefaultLockWait).
 	LockWait time.Duration
-	Logger   *slog.Logger
+	// UsernsFirst and UsernsCount choose the host ids that sandboxes' user
+	// namespaces map onto: UsernsCount ranges of 65536 from UsernsFirst
+	// (defaults userns.DefaultFirst and userns.DefaultCount).
+	UsernsFirst uint32
+	UsernsCount int
+	Logger      *slog.Logger
 }
 
 // DefaultDataDir is ~/.local/share/forkbox (or $XDG_DATA_HOME/forkbox).
@@ -162,9 +171,29 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, err
 	}
+	images.SetBounds(cfg.ImageBounds)
 	if _, err := images.EnsureHostPython(ctx); err != nil {
 		// The daemon still serves; creates that need the image say why they fail.
 		log.Warn("host image unavailable", "image", image.HostImage, "err", err)
+	}
+	first, count := cfg.UsernsFirst, cfg.UsernsCount
+	if first == 0 {
+		first = userns.DefaultFirst
+	}
+	if count == 0 {
+		count = userns.DefaultCount
+	}
+	absData, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := userns.New(first, count, userns.DefaultClaimDir, absData)
+	if err != nil {
+		return nil, err
+	}
+	// Before anything allocates (the runtime pre-starts inits at once).
+	if err := sandbox.ReserveIDRanges(ctx, d.store, ids, log); err != nil {
+		return nil, err
 	}
 	nm, err := netsetup.New(ctx, netsetup.Config{})
 	if err != nil {
@@ -176,6 +205,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		CacheDir: filepath.Join(cfg.DataDir, "cache"),
 		Binary:   cfg.Binary,
 		Net:      nm,
+		IDs:      ids,
 		OnExit:   func(id, reason string) { mgr.OnExit(id, reason) },
 		Logger:   log,
 	})
@@ -193,8 +223,12 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	}
 	mgr = sandbox.New(d.store, rt, images, snaps, defaults, log)
 	mgr.SetLockWait(cfg.LockWait)
-	builder := build.New(images, rt, build.Config{Logger: log})
+	mgr.SetSandboxesDir(filepath.Join(cfg.DataDir, "sandboxes"))
+	mgr.SetIDRanges(ids)
+	// Build sandboxes are sandboxes too: within the host's bounds.
+	builder := build.New(images, rt, build.Config{Logger: log, Limits: sandbox.ClampToHost(build.DefaultLimits)})
 	mgr.SetImageBuilder(builder)
+	mgr.SetCRIUCheck(func() (*criu.Host, error) { return criu.Check(d.bgCtx) })
 	if h, err := criu.Check(ctx); err != nil {
 		log.Warn("memory snapshots unavailable", "err", err)
 		mgr.SetCRIU(nil, err.Error())
@@ -232,7 +266,8 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, err
 	}
-	api, err := httpapi.New(httpapi.Config{APIKey: cfg.APIKey, Chat: chatSvc, Logger: log}, mgr)
+	api, err := httpapi.New(httpapi.Config{APIKey: cfg.APIKey, Chat: chatSvc, Logger: log,
+		MaxImageArchiveBytes: images.Bounds().ArchiveBytes}, mgr)
 	if err != nil {
 		return nil, err
 	}

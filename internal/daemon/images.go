@@ -16,6 +16,7 @@ import (
 	"github.com/forkbox/forkbox/internal/netsetup"
 	"github.com/forkbox/forkbox/internal/runtime"
 	"github.com/forkbox/forkbox/internal/sandbox"
+	"github.com/forkbox/forkbox/internal/userns"
 )
 
 // ensureDefaultImage builds the default image from its embedded recipe. When
@@ -89,11 +90,29 @@ func Prepare(ctx context.Context, cfg Config, emit func(api.BuildEvent)) (_ *ima
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
 		return nil, fmt.Errorf("prepare lock: %w", err)
 	}
+	first, count := cfg.UsernsFirst, cfg.UsernsCount
+	if first == 0 {
+		first = userns.DefaultFirst
+	}
+	if count == 0 {
+		count = userns.DefaultCount
+	}
+	absDir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := userns.New(first, count, userns.DefaultClaimDir, absDir)
+	if err != nil {
+		return nil, err
+	}
+	// Nothing of a prepare outlives it: its ranges go back at the end.
+	defer ids.Sweep(nil)
 	rt, err := runtime.New(runtime.Config{
 		Dir:      dir,
 		CacheDir: filepath.Join(cfg.DataDir, "cache"),
 		Binary:   cfg.Binary,
 		Net:      nm,
+		IDs:      ids,
 		Logger:   log,
 	})
 	if err != nil {
@@ -116,6 +135,6 @@ func Prepare(ctx context.Context, cfg Config, emit func(api.BuildEvent)) (_ *ima
 	if err != nil {
 		return nil, fmt.Errorf("embedded recipe: %w", err)
 	}
-	b := build.New(store, rt, build.Config{Logger: log})
+	b := build.New(store, rt, build.Config{Logger: log, Limits: sandbox.ClampToHost(build.DefaultLimits)})
 	return b.Build(ctx, r, nil, nil, emit)
 }

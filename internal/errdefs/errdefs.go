@@ -14,17 +14,18 @@ import (
 
 // Sentinel kinds. Test with errors.Is.
 var (
-	ErrInvalidArgument    = errors.New("invalid argument")
-	ErrUnauthenticated    = errors.New("unauthenticated")
-	ErrPermissionDenied   = errors.New("permission denied")
-	ErrNotFound           = errors.New("not found")
-	ErrConflict           = errors.New("conflict")
-	ErrFailedPrecondition = errors.New("failed precondition")
-	ErrBusy               = errors.New("busy")
-	ErrTooLarge           = errors.New("too large")
-	ErrResourceExhausted  = errors.New("resource exhausted")
-	ErrTimeout            = errors.New("timeout")
-	ErrUnavailable        = errors.New("unavailable")
+	ErrInvalidArgument     = errors.New("invalid argument")
+	ErrUnauthenticated     = errors.New("unauthenticated")
+	ErrPermissionDenied    = errors.New("permission denied")
+	ErrNotFound            = errors.New("not found")
+	ErrConflict            = errors.New("conflict")
+	ErrFailedPrecondition  = errors.New("failed precondition")
+	ErrBusy                = errors.New("busy")
+	ErrTooLarge            = errors.New("too large")
+	ErrResourceExhausted   = errors.New("resource exhausted")
+	ErrInsufficientStorage = errors.New("insufficient storage")
+	ErrTimeout             = errors.New("timeout")
+	ErrUnavailable         = errors.New("unavailable")
 )
 
 // kindError carries a human message and the kind it belongs to. Its Error()
@@ -72,6 +73,14 @@ func ResourceExhausted(format string, args ...any) error {
 	return newKind(ErrResourceExhausted, format, args...)
 }
 
+// InsufficientStorage reports a request that this host could serve but not
+// now, for want of disk space that others hold: the disks promised to live
+// sandboxes, say (HTTP 507, code "insufficient_storage"). Deleting some, or
+// asking for less, makes it fit.
+func InsufficientStorage(format string, args ...any) error {
+	return newKind(ErrInsufficientStorage, format, args...)
+}
+
 // Timeout reports an operation that ran out of time (HTTP 504).
 func Timeout(format string, args ...any) error { return newKind(ErrTimeout, format, args...) }
 
@@ -104,6 +113,7 @@ var table = []struct {
 	{ErrBusy, http.StatusConflict, "busy"},
 	{ErrTooLarge, http.StatusRequestEntityTooLarge, "too_large"},
 	{ErrResourceExhausted, http.StatusTooManyRequests, "resource_exhausted"},
+	{ErrInsufficientStorage, http.StatusInsufficientStorage, "insufficient_storage"},
 	{ErrTimeout, http.StatusGatewayTimeout, "timeout"},
 	{ErrUnavailable, http.StatusServiceUnavailable, "unavailable"},
 }

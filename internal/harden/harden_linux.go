@@ -11,23 +11,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// nsFlags are the clone flags that create a namespace; clone with any of
-// them is refused. CLONE_NEWTIME is not among them: in clone's flags its bit
-// is part of the exit signal, and it can only be asked for with clone3 or
-// unshare, which are both refused.
-const nsFlags = unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID |
-	unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS | unix.CLONE_NEWCGROUP
-
-// allowedPersonalities are the personality(2) arguments the filter lets
-// through, as in Docker's default profile.
-var allowedPersonalities = []uint32{
-	0x0,        // PER_LINUX
-	0x0008,     // PER_LINUX32
-	0x20000,    // UNAME26
-	0x20008,    // UNAME26 | PER_LINUX32
-	0xffffffff, // query the current personality
-}
-
 // Apply hardens the calling process and everything it starts afterwards:
 // no_new_privs, an empty capability bounding set, no ambient or inheritable
 // capabilities, and the seccomp filter described in the package
@@ -49,8 +32,16 @@ var BuildCaps = []uintptr{
 
 // ApplyKeeping is Apply that leaves keep in the bounding set, so that a
 // process started as root afterwards gets those capabilities (and only
-// those). Everything else Apply does is the same.
+// those). Everything else Apply does is the same, the seccomp filter
+// included: see "Builds" in the package documentation for why builds need
+// no wider one.
 func ApplyKeeping(keep []uintptr) error {
+	// Build the filter first, so that a failure leaves the process as it
+	// was.
+	f, err := compiledFilter()
+	if err != nil {
+		return err
+	}
 	if err := dropBoundingSet(keep); err != nil {
 		return err
 	}
@@ -65,20 +56,20 @@ func ApplyKeeping(keep []uintptr) error {
 	if err := allThreads(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1); err != nil {
 		return fmt.Errorf("harden: set no_new_privs: %w", err)
 	}
-	return loadFilter(program())
+	return loadFilter(f.prog)
 }
 
-// Denied lists, sorted, the system calls the filter refuses with EPERM
-// whatever their arguments. clone with namespace flags and personality with
-// other than the usual values are refused too, and clone3 fails with ENOSYS;
-// see the package documentation.
-func Denied() []string {
-	names := make([]string, 0, len(denyList))
-	for _, s := range denyList {
-		names = append(names, s.name)
+// Allowed lists, sorted, the system calls the filter lets through: those
+// it allows whatever their arguments and those it allows for some (clone,
+// socket, socketpair, personality, mknod and mknodat; see the package
+// documentation). Every other call fails with EPERM, except clone3, which
+// fails with ENOSYS.
+func Allowed() ([]string, error) {
+	f, err := compiledFilter()
+	if err != nil {
+		return nil, err
 	}
-	slices.Sort(names)
-	return names
+	return slices.Clone(f.names), nil
 }
 
 // allThreads runs a system call with up to three integer arguments on every
@@ -161,69 +152,4 @@ func loadFilter(prog []unix.SockFilter) error {
 		return fmt.Errorf("harden: load seccomp filter: thread %d cannot be synchronised", r)
 	}
 	return nil
-}
-
-// Offsets into struct seccomp_data.
-const (
-	offNR   = 0  // int nr
-	offArch = 4  // __u32 arch
-	offArgs = 16 // __u64 args[6], after __u64 instruction_pointer
-)
-
-// argLow is the offset of the low 32 bits of argument i (little-endian).
-// Both checked arguments are 32-bit to the kernel: personality takes an
-// unsigned int and clone uses only the low half of its flags.
-func argLow(i int) uint32 { return uint32(offArgs + 8*i) }
-
-func load(off uint32) unix.SockFilter {
-	return unix.SockFilter{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: off}
-}
-
-func jump(op uint16, k uint32, jt, jf uint8) unix.SockFilter {
-	return unix.SockFilter{Code: unix.BPF_JMP | op | unix.BPF_K, Jt: jt, Jf: jf, K: k}
-}
-
-func ret(action uint32) unix.SockFilter {
-	return unix.SockFilter{Code: unix.BPF_RET | unix.BPF_K, K: action}
-}
-
-func errno(e syscall.Errno) uint32 { return unix.SECCOMP_RET_ERRNO | uint32(e) }
-
-// program assembles the filter. Every block returns, so no jump crosses more
-// than a few instructions and the kernel can cache "allow" for every call
-// number whose verdict does not depend on arguments.
-func program() []unix.SockFilter {
-	p := []unix.SockFilter{
-		load(offArch),
-		jump(unix.BPF_JEQ, auditArch, 1, 0),
-		ret(unix.SECCOMP_RET_KILL_PROCESS),
-		load(offNR),
-		jump(unix.BPF_JGE, x32Bit, 0, 1),
-		ret(errno(unix.ENOSYS)),
-	}
-	for _, s := range denyList {
-		p = append(p, jump(unix.BPF_JEQ, s.nr, 0, 1), ret(errno(unix.EPERM)))
-	}
-	p = append(p, jump(unix.BPF_JEQ, unix.SYS_CLONE3, 0, 1), ret(errno(unix.ENOSYS)))
-
-	p = append(p,
-		jump(unix.BPF_JEQ, unix.SYS_CLONE, 0, 4),
-		load(argLow(cloneFlagsArg)),
-		jump(unix.BPF_JSET, nsFlags, 0, 1),
-		ret(errno(unix.EPERM)),
-		ret(unix.SECCOMP_RET_ALLOW),
-	)
-
-	// personality: one JEQ per allowed value, each jumping to the final
-	// allow; falling through all of them reaches the EPERM.
-	n := len(allowedPersonalities)
-	block := []unix.SockFilter{load(argLow(0))}
-	for i, v := range allowedPersonalities {
-		block = append(block, jump(unix.BPF_JEQ, v, uint8(n-i), 0))
-	}
-	block = append(block, ret(errno(unix.EPERM)), ret(unix.SECCOMP_RET_ALLOW))
-	p = append(p, jump(unix.BPF_JEQ, unix.SYS_PERSONALITY, 0, uint8(len(block))))
-	p = append(p, block...)
-
-	return append(p, ret(unix.SECCOMP_RET_ALLOW))
 }

@@ -1,3 +1,5 @@
+//go:build !forkbox_agent
+
 package harden
 
 import (
@@ -34,6 +36,8 @@ const (
 	envDir  = "FORKBOX_HARDEN_DIR"  // world-readable dir with the helper binary
 	helper  = "harden.test"         // helper binary's name in envDir
 
+	envProbeDir = "FORKBOX_HARDEN_PROBE_DIR" // a directory uid 1000 may write to
+
 	userID = 1000
 
 	exitSkip = 3 // a case's exit code for "cannot be checked here"
@@ -50,9 +54,14 @@ var cases = map[string]func() error{
 	"status":           caseStatus,
 	"exec":             caseExec,
 	"glibc-fallback":   caseGlibcFallback,
-	"denied-list":      caseDeniedList,
+	"refused-calls":    caseRefusedCalls,
 	"personality":      casePersonality,
 	"foreign-arch":     caseForeignArch,
+	"sockets":          caseSockets,
+	"mknod":            caseMknod,
+	"programs":         casePrograms,
+	"python-pandas":    casePandas,
+	"build":            caseBuild,
 	"cgo-refused":      caseCgoRefused,
 }
 
@@ -67,12 +76,19 @@ var probes = map[string]func() string{
 	"probe-exec":    func() string { return "exec=" + result(runTrue(nil)) },
 	"probe-clone3":  func() string { return "clone3=" + result(clone3()) },
 	"probe-ptrace":  func() string { return "ptrace=" + result(ptraceChild()) },
+	"probe-sockets": func() string { return words(socketResults()) },
+	"probe-mknod":   func() string { return words(mknodResults(os.Getenv(envProbeDir))) },
+	"probe-program": func() string { return "program=" + result(goProgram()) },
+	"probe-build":   buildProbe,
 }
 
 func TestHelperProcess(t *testing.T) {
 	name := os.Getenv(envCase)
 	if name == "" {
 		t.Skip("runs only as a child process of TestApply")
+	}
+	if strings.HasPrefix(name, benchPrefix) {
+		benchChild(name)
 	}
 	if p, ok := probes[name]; ok {
 		fmt.Println(p())
@@ -120,28 +136,7 @@ func TestApplyRefusesCgo(t *testing.T) {
 	runChild(t, os.Args[0], t.TempDir(), "cgo-refused")
 }
 
-func TestDenied(t *testing.T) {
-	d := Denied()
-	if !slices.IsSorted(d) {
-		t.Errorf("Denied() is not sorted: %v", d)
-	}
-	if c := slices.Compact(slices.Clone(d)); len(c) != len(d) {
-		t.Errorf("Denied() has duplicates: %v", d)
-	}
-	for _, want := range []string{"mount", "ptrace", "unshare", "setns", "bpf", "kexec_load", "userfaultfd", "chroot"} {
-		if !slices.Contains(d, want) {
-			t.Errorf("Denied() lacks %s", want)
-		}
-	}
-	// Go's os/exec and glibc need these; clone3 gets ENOSYS, not EPERM.
-	for _, allowed := range []string{"clone", "clone3", "fork", "vfork", "execve", "personality", "seccomp", "pidfd_open"} {
-		if slices.Contains(d, allowed) {
-			t.Errorf("Denied() contains %s", allowed)
-		}
-	}
-}
-
-func requireRoot(t *testing.T) {
+func requireRoot(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: the checks mount, ptrace and start processes as uid 1000 (CI runs them as root)")
@@ -157,7 +152,7 @@ func cgoLinked() bool {
 // helperDir makes a world-readable directory (uid 1000 must exec the helper
 // from it) holding a copy of this test binary, or when the test binary is
 // linked with cgo, as under -race, a CGO_ENABLED=0 build of it.
-func helperDir(t *testing.T) string {
+func helperDir(t testing.TB) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "forkbox-harden-")
 	if err != nil {
@@ -637,24 +632,6 @@ print("ok")`)
 	return nil
 }
 
-func caseDeniedList() error {
-	if err := apply(); err != nil {
-		return err
-	}
-	// All-ones arguments are invalid for every listed call, so a call that
-	// slipped through would fail harmlessly, but not with EPERM.
-	const bad = ^uintptr(0)
-	got, want := map[string]string{}, map[string]string{}
-	for _, s := range denyList {
-		_, _, errno := unix.Syscall6(uintptr(s.nr), bad, bad, bad, bad, bad, bad)
-		got[s.name], want[s.name] = result(errno), "EPERM"
-		if errno == 0 {
-			got[s.name] = "ok"
-		}
-	}
-	return expect("denied calls after Apply", got, want)
-}
-
 func casePersonality() error {
 	if err := apply(); err != nil {
 		return err
@@ -676,35 +653,94 @@ func casePersonality() error {
 	), kv("query", "ok", "linux", "ok", "addr_no_randomize", "EPERM", "read_implies_exec", "EPERM"))
 }
 
-// caseForeignArch runs a tiny i386 program that calls exit(42) with int 0x80:
-// it exits 42 before Apply and is killed by SIGSYS after.
+// caseForeignArch runs two tiny programs that call exit(42) with int 0x80,
+// the i386 system call entry: a 32-bit one, and a 64-bit one (the way a
+// 64-bit process reaches i386 calls). Each exits 42 before Apply and is
+// killed by SIGSYS after. Kernels with 32-bit emulation off refuse the
+// first (ENOEXEC) and kill the second with SIGSEGV before any filter runs.
 func caseForeignArch() error {
-	prog := filepath.Join(os.Getenv(envDir), "exit42-i386")
-	if err := os.WriteFile(prog, i386ExitELF(42), 0o755); err != nil {
-		return err
+	progs := []struct {
+		name string
+		elf  []byte
+	}{
+		{"exit42-i386", i386ExitELF(42)},
+		{"exit42-int80-x86_64", int80ExitELF(42)},
 	}
-	err := exec.Command(prog).Run()
-	var exit *exec.ExitError
-	switch {
-	case errors.Is(err, syscall.ENOEXEC):
-		return skipf("kernel cannot run i386 programs (32-bit emulation off?), TestProgram covers the filter's i386 branch: %v", err)
-	case !errors.As(err, &exit) || exit.ExitCode() != 42:
-		return fmt.Errorf("control before Apply: i386 exit(42) gave %v", err)
+	var runnable, why []string
+	for _, p := range progs {
+		path := filepath.Join(os.Getenv(envDir), p.name)
+		if err := os.WriteFile(path, p.elf, 0o755); err != nil {
+			return err
+		}
+		err := exec.Command(path).Run()
+		var exit *exec.ExitError
+		switch {
+		case errors.As(err, &exit) && exit.ExitCode() == 42:
+			runnable = append(runnable, path)
+		case errors.Is(err, syscall.ENOEXEC):
+			why = append(why, p.name+": "+err.Error())
+		case errors.As(err, &exit) && exit.Sys().(syscall.WaitStatus).Signal() == syscall.SIGSEGV:
+			why = append(why, p.name+": "+err.Error())
+		default:
+			return fmt.Errorf("control before Apply: %s gave %v, want exit status 42", p.name, err)
+		}
+	}
+	if len(runnable) == 0 {
+		return skipf("this kernel runs no i386 calls (32-bit emulation off? %s); TestProgram covers the filter's i386 branch", strings.Join(why, "; "))
 	}
 	if err := apply(); err != nil {
 		return err
 	}
-	cmd := exec.Command(prog)
-	cmd.SysProcAttr = credential(userID)
-	err = cmd.Run()
-	if !errors.As(err, &exit) {
-		return fmt.Errorf("i386 program after Apply: %v, want killed by SIGSYS", err)
+	var errs []error
+	for _, path := range runnable {
+		cmd := exec.Command(path)
+		cmd.SysProcAttr = credential(userID)
+		err := cmd.Run()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || !exit.Sys().(syscall.WaitStatus).Signaled() || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGSYS {
+			errs = append(errs, fmt.Errorf("%s after Apply: %v, want killed by SIGSYS", filepath.Base(path), err))
+		}
 	}
-	ws := exit.Sys().(syscall.WaitStatus)
-	if !ws.Signaled() || ws.Signal() != syscall.SIGSYS {
-		return fmt.Errorf("i386 program after Apply: %v, want killed by SIGSYS", err)
+	return errors.Join(errs...)
+}
+
+// int80ExitELF returns a static x86-64 ELF executable that does exit(code)
+// through int 0x80, and exit(1) through syscall should int 0x80 return.
+func int80ExitELF(code byte) []byte {
+	const base, ehsize, phsize = 0x400000, 64, 56
+	text := []byte{
+		0xb8, 1, 0, 0, 0, // mov eax, 1 (i386 exit)
+		0xbb, code, 0, 0, 0, // mov ebx, code
+		0xcd, 0x80, // int 0x80
+		0xb8, 60, 0, 0, 0, // mov eax, 60 (x86-64 exit)
+		0xbf, 1, 0, 0, 0, // mov edi, 1
+		0x0f, 0x05, // syscall
 	}
-	return nil
+	size := uint64(ehsize + phsize + len(text))
+	le := binary.LittleEndian
+	b := []byte{0x7f, 'E', 'L', 'F', 2 /* 64-bit */, 1 /* LE */, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+	b = le.AppendUint16(b, 2)  // ET_EXEC
+	b = le.AppendUint16(b, 62) // EM_X86_64
+	b = le.AppendUint32(b, 1)  // EV_CURRENT
+	b = le.AppendUint64(b, base+ehsize+phsize)
+	b = le.AppendUint64(b, ehsize) // e_phoff
+	b = le.AppendUint64(b, 0)      // e_shoff
+	b = le.AppendUint32(b, 0)      // e_flags
+	b = le.AppendUint16(b, ehsize)
+	b = le.AppendUint16(b, phsize)
+	b = le.AppendUint16(b, 1) // e_phnum
+	b = le.AppendUint16(b, 0) // e_shentsize
+	b = le.AppendUint16(b, 0) // e_shnum
+	b = le.AppendUint16(b, 0) // e_shstrndx
+	b = le.AppendUint32(b, 1) // PT_LOAD
+	b = le.AppendUint32(b, 5) // PF_R|PF_X
+	b = le.AppendUint64(b, 0) // p_offset
+	b = le.AppendUint64(b, base)
+	b = le.AppendUint64(b, base)
+	b = le.AppendUint64(b, size) // p_filesz
+	b = le.AppendUint64(b, size) // p_memsz
+	b = le.AppendUint64(b, 0x1000)
+	return append(b, text...)
 }
 
 // i386ExitELF returns a static 32-bit x86 ELF executable that does
@@ -758,104 +794,4 @@ func caseCgoRefused() error {
 			got["NoNewPrivs"], got["Seccomp"], got["CapBnd"])
 	}
 	return nil
-}
-
-// TestProgram runs the filter through a small classic-BPF interpreter, so the
-// decisions that no test machine may be able to reach (i386 calls where
-// 32-bit emulation is off, x32) are checked everywhere, root or not.
-func TestProgram(t *testing.T) {
-	prog := program()
-	if len(prog) > unix.BPF_MAXINSNS {
-		t.Fatalf("program has %d instructions, the kernel takes %d", len(prog), unix.BPF_MAXINSNS)
-	}
-	const (
-		allow  = unix.SECCOMP_RET_ALLOW
-		kill   = unix.SECCOMP_RET_KILL_PROCESS
-		eperm  = unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)
-		enosys = unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)
-	)
-	goVfork := uint64(unix.CLONE_VFORK | unix.CLONE_VM | unix.CLONE_PIDFD | uint64(unix.SIGCHLD))
-	glibcThread := uint64(unix.CLONE_VM | unix.CLONE_FS | unix.CLONE_FILES | unix.CLONE_SIGHAND |
-		unix.CLONE_THREAD | unix.CLONE_SYSVSEM | unix.CLONE_SETTLS | unix.CLONE_PARENT_SETTID | unix.CLONE_CHILD_CLEARTID)
-	type call struct {
-		name string
-		arch uint32
-		nr   uint32
-		arg0 uint64
-		want uint32
-	}
-	tests := []call{
-		{"i386 exit", unix.AUDIT_ARCH_I386, 1, 0, kill},
-		{"i386 mount", unix.AUDIT_ARCH_I386, 21, 0, kill},
-		{"x32 getpid", auditArch, x32Bit | unix.SYS_GETPID, 0, enosys},
-		{"nr -1", auditArch, 0xffffffff, 0, enosys},
-		{"getpid", auditArch, unix.SYS_GETPID, 0, allow},
-		{"execve", auditArch, unix.SYS_EXECVE, 0, allow},
-		{"vfork", auditArch, unix.SYS_VFORK, 0, allow},
-		{"pidfd_open", auditArch, unix.SYS_PIDFD_OPEN, 0, allow},
-		{"seccomp", auditArch, unix.SYS_SECCOMP, 0, allow},
-		{"clone3", auditArch, unix.SYS_CLONE3, 0, enosys},
-		{"clone fork", auditArch, unix.SYS_CLONE, uint64(unix.SIGCHLD), allow},
-		{"clone Go vfork", auditArch, unix.SYS_CLONE, goVfork, allow},
-		{"clone glibc thread", auditArch, unix.SYS_CLONE, glibcThread, allow},
-		{"clone NEWUSER", auditArch, unix.SYS_CLONE, unix.CLONE_NEWUSER, eperm},
-		{"clone NEWNS", auditArch, unix.SYS_CLONE, unix.CLONE_NEWNS | goVfork, eperm},
-		{"clone NEWPID", auditArch, unix.SYS_CLONE, unix.CLONE_NEWPID, eperm},
-		{"clone NEWNET", auditArch, unix.SYS_CLONE, unix.CLONE_NEWNET, eperm},
-		{"clone NEWIPC", auditArch, unix.SYS_CLONE, unix.CLONE_NEWIPC, eperm},
-		{"clone NEWUTS", auditArch, unix.SYS_CLONE, unix.CLONE_NEWUTS, eperm},
-		{"clone NEWCGROUP", auditArch, unix.SYS_CLONE, unix.CLONE_NEWCGROUP, eperm},
-		{"clone NEWUSER with high bits", auditArch, unix.SYS_CLONE, 1<<40 | unix.CLONE_NEWUSER, eperm},
-		{"personality query", auditArch, unix.SYS_PERSONALITY, 0xffffffff, allow},
-		{"personality PER_LINUX", auditArch, unix.SYS_PERSONALITY, 0, allow},
-		{"personality PER_LINUX32", auditArch, unix.SYS_PERSONALITY, 8, allow},
-		{"personality UNAME26", auditArch, unix.SYS_PERSONALITY, 0x20000, allow},
-		{"personality ADDR_NO_RANDOMIZE", auditArch, unix.SYS_PERSONALITY, 0x0040000, eperm},
-		{"personality READ_IMPLIES_EXEC", auditArch, unix.SYS_PERSONALITY, 0x0400000, eperm},
-	}
-	for _, s := range denyList {
-		tests = append(tests, call{s.name, auditArch, s.nr, 0, eperm})
-	}
-	for _, tt := range tests {
-		if got := runBPF(t, prog, tt.arch, tt.nr, tt.arg0); got != tt.want {
-			t.Errorf("%s: filter returns %#x, want %#x", tt.name, got, tt.want)
-		}
-	}
-}
-
-// runBPF interprets the instructions program uses on a struct seccomp_data.
-func runBPF(t *testing.T, prog []unix.SockFilter, arch, nr uint32, arg0 uint64) uint32 {
-	t.Helper()
-	var data [64]byte
-	le := binary.LittleEndian
-	le.PutUint32(data[offNR:], nr)
-	le.PutUint32(data[offArch:], arch)
-	le.PutUint64(data[offArgs:], arg0)
-	var acc uint32
-	for pc := 0; pc < len(prog); pc++ {
-		in := prog[pc]
-		var cond bool
-		switch in.Code {
-		case unix.BPF_LD | unix.BPF_W | unix.BPF_ABS:
-			acc = le.Uint32(data[in.K:])
-			continue
-		case unix.BPF_RET | unix.BPF_K:
-			return in.K
-		case unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K:
-			cond = acc == in.K
-		case unix.BPF_JMP | unix.BPF_JGE | unix.BPF_K:
-			cond = acc >= in.K
-		case unix.BPF_JMP | unix.BPF_JSET | unix.BPF_K:
-			cond = acc&in.K != 0
-		default:
-			t.Fatalf("instruction %d: unexpected code %#x", pc, in.Code)
-		}
-		if cond {
-			pc += int(in.Jt)
-		} else {
-			pc += int(in.Jf)
-		}
-	}
-	t.Fatal("the program ran off its end")
-	return 0
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/forkbox/forkbox/api"
 	"github.com/forkbox/forkbox/internal/build"
 	"github.com/forkbox/forkbox/internal/errdefs"
+	"github.com/forkbox/forkbox/internal/image"
 )
 
 // maxRecipeBytes bounds a recipe, as a body or as the "recipe" part.
@@ -96,12 +97,23 @@ func (s *Server) createImage(w http.ResponseWriter, r *http.Request) error {
 		// server swallow the rest of the body.
 		_ = rc.EnableFullDuplex()
 		defer drainBody(r.Body)
-		archive, err := gunzipMaybe(r.Body)
+		// The archive is bounded as sent, before it is decompressed here;
+		// what it expands to, the image store bounds.
+		limit := s.cfg.MaxImageArchiveBytes
+		if r.ContentLength > limit {
+			return image.ArchiveTooLarge("image archive", limit)
+		}
+		sent := image.LimitArchive(r.Body, "image archive", limit)
+		archive, err := gunzipMaybe(sent)
 		if err != nil {
 			return err
 		}
 		return s.streamBuild(w, r, func(emit func(api.BuildEvent)) (*api.Image, error) {
-			return s.mgr.ImportImage(r.Context(), name, archive, emit)
+			img, err := s.mgr.ImportImage(r.Context(), name, archive, emit)
+			if berr := sent.Exceeded(); err != nil && berr != nil {
+				return nil, berr // whatever the importer made of it
+			}
+			return img, err
 		})
 	}
 	if header == "" {
@@ -171,10 +183,16 @@ func (s *Server) readBuildUpload(w http.ResponseWriter, r *http.Request, boundar
 	if boundary == "" {
 		return nil, errdefs.InvalidArgument("multipart/form-data without a boundary")
 	}
-	limit := s.cfg.MaxUploadBytes
+	// The context as sent is bounded by the upload limit and by the image
+	// archive limit, whichever is smaller; what it expands to, the builder
+	// bounds.
+	limit, note := s.cfg.MaxUploadBytes, ""
+	if s.cfg.MaxImageArchiveBytes < limit {
+		limit, note = s.cfg.MaxImageArchiveBytes, " (--max-image-archive-mb)"
+	}
 	bodyLimit := limit + maxRecipeBytes + 64<<10
 	if r.ContentLength > bodyLimit {
-		return nil, errdefs.TooLarge("upload of %d bytes is larger than the build context limit of %d bytes", r.ContentLength, limit)
+		return nil, errdefs.TooLarge("upload of %d bytes is larger than the build context limit of %d bytes%s", r.ContentLength, limit, note)
 	}
 	mr := multipart.NewReader(http.MaxBytesReader(w, r.Body, bodyLimit), boundary)
 	u := &buildUpload{}
@@ -191,7 +209,7 @@ parts:
 			break
 		}
 		if perr != nil {
-			return nil, multipartErr(perr, limit)
+			return nil, multipartErr(perr, limit, note)
 		}
 		switch part.FormName() {
 		case "recipe":
@@ -210,7 +228,7 @@ parts:
 				// duplex, or the server would swallow the rest of the body
 				// at the first event.
 				_ = http.NewResponseController(w).EnableFullDuplex()
-				u.stream = &contextReader{r: part, limit: limit}
+				u.stream = &contextReader{r: part, limit: limit, note: note}
 				u.body = r.Body
 				if u.context, err = gunzipMaybe(u.stream); err != nil {
 					if u.stream.err != nil {
@@ -229,10 +247,10 @@ parts:
 				if isWriteErr(cerr, u.spool) {
 					return nil, fmt.Errorf("spooling the build context: %w", cerr)
 				}
-				return nil, multipartErr(cerr, limit)
+				return nil, multipartErr(cerr, limit, note)
 			}
 			if n > limit {
-				return nil, errdefs.TooLarge("build context is larger than the limit of %d bytes", limit)
+				return nil, errdefs.TooLarge("build context is larger than the limit of %d bytes%s", limit, note)
 			}
 			if _, err = u.spool.Seek(0, io.SeekStart); err != nil {
 				return nil, err
@@ -260,6 +278,7 @@ type contextReader struct {
 	r     io.Reader
 	n     int64
 	limit int64
+	note  string // names the flag of the limit, when it is not the upload limit
 	err   error
 }
 
@@ -271,10 +290,10 @@ func (c *contextReader) Read(p []byte) (int, error) {
 	c.n += int64(n)
 	switch {
 	case c.n > c.limit:
-		c.err = errdefs.TooLarge("build context is larger than the limit of %d bytes", c.limit)
+		c.err = errdefs.TooLarge("build context is larger than the limit of %d bytes%s", c.limit, c.note)
 		return 0, c.err
 	case err != nil && !errors.Is(err, io.EOF):
-		c.err = multipartErr(err, c.limit)
+		c.err = multipartErr(err, c.limit, c.note)
 		return n, c.err
 	}
 	return n, err
@@ -299,10 +318,10 @@ func isWriteErr(err error, f *os.File) bool {
 	return errors.As(err, &pe) && pe.Path == f.Name()
 }
 
-func multipartErr(err error, limit int64) error {
+func multipartErr(err error, limit int64, note string) error {
 	var maxErr *http.MaxBytesError
 	if errors.As(err, &maxErr) {
-		return errdefs.TooLarge("upload is larger than the build context limit of %d bytes", limit)
+		return errdefs.TooLarge("upload is larger than the build context limit of %d bytes%s", limit, note)
 	}
 	return errdefs.InvalidArgument("malformed multipart body: %v", err)
 }

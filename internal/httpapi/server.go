@@ -25,6 +25,7 @@ import (
 	"github.com/forkbox/forkbox/api"
 	"github.com/forkbox/forkbox/internal/analyst"
 	"github.com/forkbox/forkbox/internal/errdefs"
+	"github.com/forkbox/forkbox/internal/image"
 	"github.com/forkbox/forkbox/internal/mcpserver"
 	"github.com/forkbox/forkbox/internal/sandbox"
 	"github.com/forkbox/forkbox/web"
@@ -46,6 +47,11 @@ type Config struct {
 	MaxJSONBytes int64
 	// MaxUploadBytes bounds file uploads (default 1 GiB).
 	MaxUploadBytes int64
+	// MaxImageArchiveBytes bounds an image archive to import, and a build
+	// context, as sent (before any decompression; default
+	// image.DefaultBounds.ArchiveBytes, 4 GiB). What they expand to is
+	// the image store's to bound (image.Bounds).
+	MaxImageArchiveBytes int64
 	// Chat serves /v1/chat, conversations and uploads; nil: those answer 503.
 	Chat   *analyst.Service
 	Logger *slog.Logger
@@ -69,6 +75,9 @@ func New(cfg Config, mgr *sandbox.Manager) (*Server, error) {
 	}
 	if cfg.MaxUploadBytes == 0 {
 		cfg.MaxUploadBytes = 1 << 30
+	}
+	if cfg.MaxImageArchiveBytes <= 0 {
+		cfg.MaxImageArchiveBytes = image.DefaultBounds.ArchiveBytes
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -172,6 +181,9 @@ func (s *Server) Handler() http.Handler {
 		}))
 	})
 }
+
+// drainOnRefusal bounds how much of a refused body the server reads on.
+const drainOnRefusal = 64 << 20
 
 // requestIDHeader carries a request's id both ways: a client may choose it
 // (to find its request in the log), else the daemon makes one.
@@ -279,6 +291,12 @@ func (s *Server) instrument(route string, f func(http.ResponseWriter, *http.Requ
 		code := sw.code
 		if code == 0 {
 			code = http.StatusOK
+		}
+		if code == http.StatusRequestEntityTooLarge {
+			// A body refused for its size is read on (up to a bound) and
+			// dropped, so that a client still sending it gets the answer
+			// rather than a reset connection.
+			io.CopyN(io.Discard, r.Body, drainOnRefusal)
 		}
 		s.requests.WithLabelValues(route, strconv.Itoa(code)).Inc()
 		lvl := slog.LevelDebug

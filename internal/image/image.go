@@ -124,6 +124,8 @@ type Store struct {
 	mu sync.Mutex
 	// gcGrace keeps unreferenced layers this long (defaultGCGrace).
 	gcGrace time.Duration
+	// bounds limit imports and builds (SetBounds; zero: DefaultBounds).
+	bounds Bounds
 }
 
 // Open returns the store at dir, creating the directory if needed and

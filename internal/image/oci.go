@@ -36,6 +36,11 @@ type ExtractOptions struct {
 	// nodes, as an image layer needs. Without it every entry is owned by
 	// 0:0 and device nodes are skipped, as a build context needs.
 	KeepOwners bool
+	// Budget, when not nil, bounds what the extraction writes: the bytes
+	// of the uncompressed tar stream and the number of entries. An entry
+	// that would go over is refused before any of it is written; the
+	// error (errdefs.ErrTooLarge) names the bound.
+	Budget *Budget
 }
 
 // ExtractTar unpacks the tar stream r into the existing or new directory dir,
@@ -56,7 +61,7 @@ type ExtractOptions struct {
 // instead of touching the host's /etc. A malformed archive gives an error
 // wrapping errdefs.ErrInvalidArgument.
 func ExtractTar(ctx context.Context, r io.Reader, dir string, opts ExtractOptions) error {
-	tr, err := openTarStream(ctxReader{ctx: ctx, r: r})
+	tr, err := openTarStream(ctxReader{ctx: ctx, r: r}, opts.Budget)
 	if err != nil {
 		return err
 	}
@@ -64,8 +69,8 @@ func ExtractTar(ctx context.Context, r io.Reader, dir string, opts ExtractOption
 }
 
 // openTarStream returns a tar reader over r, gunzipping r when it starts
-// with the gzip magic.
-func openTarStream(r io.Reader) (*tar.Reader, error) {
+// with the gzip magic; budget (if not nil) counts the uncompressed stream.
+func openTarStream(r io.Reader, budget *Budget) (*tar.Reader, error) {
 	br := bufio.NewReaderSize(r, 64<<10)
 	magic, err := br.Peek(2)
 	if err == nil && magic[0] == 0x1f && magic[1] == 0x8b {
@@ -73,9 +78,9 @@ func openTarStream(r io.Reader) (*tar.Reader, error) {
 		if err != nil {
 			return nil, tarErr(err)
 		}
-		return tar.NewReader(zr), nil
+		return tar.NewReader(budget.Reader(zr)), nil
 	}
-	return tar.NewReader(br), nil
+	return tar.NewReader(budget.Reader(br)), nil
 }
 
 // tarErr classifies an error met while reading an archive: a malformed
@@ -83,6 +88,9 @@ func openTarStream(r io.Reader) (*tar.Reader, error) {
 // fault and wraps errdefs.ErrInvalidArgument; anything else (a cancelled
 // context, a failing source) is wrapped as it is.
 func tarErr(err error) error {
+	if errors.Is(err, errdefs.ErrTooLarge) {
+		return err // a bound, which names itself
+	}
 	var corrupt flate.CorruptInputError
 	if errors.Is(err, tar.ErrHeader) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, gzip.ErrHeader) || errors.Is(err, gzip.ErrChecksum) || errors.As(err, &corrupt) {
@@ -128,6 +136,25 @@ func cleanEntryName(name string) (string, error) {
 	return clean, nil
 }
 
+// isSparse reports whether hdr is a GNU sparse file (old GNU format, or
+// PAX records GNU.sparse.*). Its holes read as zeros that the archive does
+// not hold, so a few kilobytes of archive can stand for terabytes of file.
+func isSparse(hdr *tar.Header) bool {
+	if hdr.Typeflag == tar.TypeGNUSparse {
+		return true
+	}
+	for k := range hdr.PAXRecords {
+		if strings.HasPrefix(k, "GNU.sparse.") {
+			return true
+		}
+	}
+	return false
+}
+
+func sparseErr(hdr *tar.Header) error {
+	return errdefs.InvalidArgument("tar entry %q: sparse files are not supported", hdr.Name)
+}
+
 // Formats of image archives that Import reads.
 const (
 	// formatDocker is a `docker save` tarball: manifest.json at the top.
@@ -161,7 +188,10 @@ const ociDefaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/
 // of that name); logf, when not nil, receives a progress line per layer.
 // Bad input (not a tar, neither format, corrupt JSON, missing blobs, layer
 // content that does not match) gives an error wrapping
-// errdefs.ErrInvalidArgument.
+// errdefs.ErrInvalidArgument. An archive beyond the store's Bounds (once
+// decompressed, its layers' streams together, their entries together)
+// gives errdefs.ErrTooLarge naming the bound; a failed import leaves no
+// file behind, and none of the layers it committed.
 func (s *Store) Import(ctx context.Context, name string, archive io.Reader, replace func(old *Image) error, logf func(format string, args ...any)) (*Image, error) {
 	if !validName.MatchString(name) {
 		return nil, nameError(name)
@@ -174,6 +204,11 @@ func (s *Store) Import(ctx context.Context, name string, archive io.Reader, repl
 	}
 	defer os.Remove(f.Name())
 	defer f.Close()
+	// The spool holds the archive decompressed, and is bounded: a gzip bomb
+	// stops at the bound, not at a full disk. (The archive as sent is the
+	// caller's to bound, before any decompression of its own: the API
+	// bounds the upload, ImportPath the file.)
+	bounds := s.Bounds()
 	br := bufio.NewReaderSize(ctxReader{ctx: ctx, r: archive}, 64<<10)
 	var src io.Reader = br
 	if magic, err := br.Peek(2); err == nil && magic[0] == 0x1f && magic[1] == 0x8b {
@@ -183,9 +218,15 @@ func (s *Store) Import(ctx context.Context, name string, archive io.Reader, repl
 		}
 		src = zr
 	}
-	size, err := io.Copy(f, src)
+	size, err := io.Copy(f, io.LimitReader(src, bounds.ExpandedBytes+1))
 	if err != nil {
+		if errors.Is(err, errdefs.ErrTooLarge) {
+			return nil, err
+		}
 		return nil, fmt.Errorf("import image %q: spool archive: %w", name, tarErr(err))
+	}
+	if size > bounds.ExpandedBytes {
+		return nil, ExpandedTooLarge("image archive", bounds.ExpandedBytes)
 	}
 	return s.importTar(ctx, name, f, size, replace, logf)
 }
@@ -209,6 +250,9 @@ func (s *Store) ImportPath(ctx context.Context, name, path string, replace func(
 			return nil, errdefs.InvalidArgument("%s is not an OCI image layout: no index.json", path)
 		}
 		return s.importLayout(ctx, name, path, replace, logf)
+	}
+	if limit := s.Bounds().ArchiveBytes; fi.Size() > limit {
+		return nil, ArchiveTooLarge("image archive", limit)
 	}
 	f, err := os.Open(path)
 	if err != nil {
@@ -244,7 +288,7 @@ func (s *Store) importTar(ctx context.Context, name string, f *os.File, size int
 			return nil, fmt.Errorf("import image %q: %w", name, err)
 		}
 		defer os.RemoveAll(dir)
-		if err := extractLayoutTar(ctx, io.NewSectionReader(f, 0, size), dir); err != nil {
+		if err := extractLayoutTar(ctx, io.NewSectionReader(f, 0, size), dir, s.Bounds().Files); err != nil {
 			return nil, err
 		}
 		return s.importLayout(ctx, name, dir, replace, logf)
@@ -294,6 +338,9 @@ func archiveFormat(r io.Reader) (string, error) {
 			return "", errdefs.InvalidArgument("image archive is not a tar archive: %v", err)
 		}
 		n++
+		if isSparse(hdr) {
+			return "", sparseErr(hdr)
+		}
 		if name, err := cleanEntryName(hdr.Name); err == nil {
 			seen[name] = true
 		}
@@ -315,9 +362,11 @@ func archiveFormat(r io.Reader) (string, error) {
 // extractLayoutTar unpacks an OCI image layout archive into dir. The archive
 // is untrusted and only regular files and directories are accepted: with no
 // symlinks in the tree, reading it (as go-containerregistry does, by path)
-// can never reach outside dir.
-func extractLayoutTar(ctx context.Context, r io.Reader, dir string) error {
+// can never reach outside dir. It holds at most maxFiles entries (its bytes
+// are bounded by the archive's, which the caller bounded).
+func extractLayoutTar(ctx context.Context, r io.Reader, dir string, maxFiles int64) error {
 	tr := tar.NewReader(ctxReader{ctx: ctx, r: r})
+	var n int64
 	for {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -325,6 +374,9 @@ func extractLayoutTar(ctx context.Context, r io.Reader, dir string) error {
 		}
 		if err != nil && !(errors.Is(err, tar.ErrInsecurePath) && hdr != nil) {
 			return tarErr(err)
+		}
+		if n++; n > maxFiles {
+			return TooManyFiles("OCI layout archive", maxFiles)
 		}
 		name, err := cleanEntryName(hdr.Name)
 		if err != nil {
@@ -486,7 +538,7 @@ func platformOf(c layoutCandidate) string {
 // importImage commits img's layers, bottom first, and registers the image
 // as name. digest names the content, for the image's Recipe; dir is the OCI
 // layout img is read from ("" for none), for errors.
-func (s *Store) importImage(ctx context.Context, name string, img v1.Image, digest v1.Hash, layoutDir string, replace func(old *Image) error, logf func(format string, args ...any)) (*Image, error) {
+func (s *Store) importImage(ctx context.Context, name string, img v1.Image, digest v1.Hash, layoutDir string, replace func(old *Image) error, logf func(format string, args ...any)) (_ *Image, err error) {
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
@@ -501,6 +553,16 @@ func (s *Store) importImage(ctx context.Context, name string, img v1.Image, dige
 	if len(layers) == 0 {
 		return nil, errdefs.InvalidArgument("image has no layers")
 	}
+	// The layers together are bounded (their uncompressed streams, their
+	// entries), and a failed import removes the layers it committed that
+	// no image uses, so that it leaves the store as it found it.
+	budget := NewBudget(s.Bounds(), "image layers (together)")
+	var fresh []string
+	defer func() {
+		if err != nil {
+			s.dropLayers(ctx, fresh)
+		}
+	}()
 	var ids []string
 	parent := ""
 	for i, l := range layers {
@@ -513,11 +575,12 @@ func (s *Store) importImage(ctx context.Context, name string, img v1.Image, dige
 		if !cached {
 			layer := &Layer{ID: id, Parent: parent, CreatedBy: "oci layer " + diffID.String()}
 			err := s.CommitLayer(ctx, layer, func(dir string) error {
-				return extractLayer(ctx, l, diffID, dir, layoutDir)
+				return extractLayer(ctx, l, diffID, dir, layoutDir, budget)
 			})
 			if err != nil {
 				return nil, fmt.Errorf("import image %q: layer %d/%d %s: %w", name, i+1, len(layers), diffID, err)
 			}
+			fresh = append(fresh, id)
 		}
 		rec, err := s.GetLayer(id)
 		if err != nil {
@@ -568,8 +631,8 @@ func (s *Store) importImage(ctx context.Context, name string, img v1.Image, dige
 // that its uncompressed content is the one diffID names: layer ids derive
 // from diff ids, so an unchecked layer could poison the cache of every image
 // that shares its id. layoutDir is the OCI layout l is read from ("" for
-// none), for errors.
-func extractLayer(ctx context.Context, l v1.Layer, diffID v1.Hash, dir, layoutDir string) error {
+// none), for errors. budget counts its uncompressed stream and entries.
+func extractLayer(ctx context.Context, l v1.Layer, diffID v1.Hash, dir, layoutDir string, budget *Budget) error {
 	h, err := v1.Hasher(diffID.Algorithm)
 	if err != nil {
 		return errdefs.InvalidArgument("diff id %s: %v", diffID, err)
@@ -580,17 +643,52 @@ func extractLayer(ctx context.Context, l v1.Layer, diffID v1.Hash, dir, layoutDi
 	}
 	defer rc.Close()
 	r := io.TeeReader(ctxReader{ctx: ctx, r: rc}, h)
-	if err := ExtractTar(ctx, r, dir, ExtractOptions{Whiteouts: true, KeepOwners: true}); err != nil {
+	if err := ExtractTar(ctx, r, dir, ExtractOptions{Whiteouts: true, KeepOwners: true, Budget: budget}); err != nil {
 		return err
 	}
-	// Hash what follows the end-of-archive marker too.
-	if _, err := io.Copy(io.Discard, r); err != nil {
+	// Hash what follows the end-of-archive marker too (within the bound:
+	// gigabytes of zeros there would cost only time, but no less of it).
+	if _, err := io.Copy(io.Discard, budget.Reader(r)); err != nil {
 		return tarErr(err)
 	}
 	if got := fmt.Sprintf("%x", h.Sum(nil)); got != diffID.Hex {
 		return errdefs.InvalidArgument("layer content does not match its diff id %s (it is %s:%s)", diffID, diffID.Algorithm, got)
 	}
 	return nil
+}
+
+// dropLayers removes the layers ids (committed by an import that then
+// failed) that no image uses, as the layer gc would an hour later: under
+// the store's lock, each renamed away before it is deleted.
+func (s *Store) dropLayers(ctx context.Context, ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	unlock, err := s.lock()
+	if err != nil {
+		return // the gc removes them later
+	}
+	defer unlock()
+	imgs, err := s.List(context.WithoutCancel(ctx))
+	if err != nil {
+		return
+	}
+	used := map[string]bool{}
+	for _, img := range imgs {
+		for _, id := range img.Layers {
+			used[id] = true
+		}
+	}
+	root := filepath.Join(s.dir, layersDir)
+	for _, id := range ids {
+		if used[id] || !validLayerID(id) {
+			continue
+		}
+		gone := filepath.Join(root, tmpPrefix+"drop-"+id)
+		if os.Rename(filepath.Join(root, id), gone) == nil {
+			os.RemoveAll(gone)
+		}
+	}
 }
 
 // errText is err's message without the path of dir (the temporary copy

@@ -82,14 +82,37 @@ func extractTar(ctx context.Context, tr *tar.Reader, dir string, opts ExtractOpt
 			return err
 		}
 		if err := x.entry(hdr, tr); err != nil {
-			return err
+			return archiveErr(err)
 		}
 	}
-	return x.setDirTimes()
+	return archiveErr(x.setDirTimes())
+}
+
+// archiveErrnos are the errors of file system calls that only an archive's
+// content causes: a name or link target too long, an extended attribute
+// or a time the kernel refuses, too many links to one file.
+var archiveErrnos = []unix.Errno{unix.ENAMETOOLONG, unix.EINVAL, unix.ERANGE, unix.E2BIG, unix.EMLINK}
+
+// archiveErr makes an error of the archive's content invalid_argument, as
+// a malformed archive is; any other error (a full disk, say) stays the
+// host's.
+func archiveErr(err error) error {
+	if err == nil || errors.Is(err, errdefs.ErrInvalidArgument) {
+		return err
+	}
+	for _, e := range archiveErrnos {
+		if errors.Is(err, e) {
+			return errdefs.InvalidArgument("%v", err)
+		}
+	}
+	return err
 }
 
 // entry extracts one archive entry.
 func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
+	if err := x.opts.Budget.Add(1, 0); err != nil {
+		return err
+	}
 	switch hdr.Typeflag {
 	case tar.TypeXGlobalHeader: // pax global header (git archive writes one)
 		return nil
@@ -97,6 +120,9 @@ func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
 		if !x.opts.KeepOwners {
 			return nil // device nodes only come with image layers
 		}
+	}
+	if isSparse(hdr) {
+		return sparseErr(hdr)
 	}
 	name, err := cleanEntryName(hdr.Name)
 	if err != nil {
@@ -182,6 +208,11 @@ func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
 
 // regular writes a regular file's content and metadata.
 func (x *extractor) regular(pfd int, base, name string, hdr *tar.Header, r io.Reader) error {
+	// The header says how big the file is: one over the bound is refused
+	// before a byte of it is written (its bytes are counted as read).
+	if err := x.opts.Budget.fits(hdr.Size); err != nil {
+		return err
+	}
 	fd, err := unix.Openat(pfd, base, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return fmt.Errorf("extract %s: %w", name, err)

@@ -35,7 +35,7 @@ func cgroupVersion2() bool {
 // v1Controllers are the hierarchies a sandbox joins on a v1 host. The
 // unified (cgroup2) mount of a hybrid host is joined too when present, for
 // cgroup.kill and pressure files.
-var v1Controllers = []string{"memory", "pids", "cpu", "cpuacct", "freezer"}
+var v1Controllers = []string{"memory", "pids", "cpu", "cpuacct", "freezer", "devices"}
 
 func newCgroups(parent, id string) *cgroups {
 	cg := &cgroups{v2: cgroupVersion2(), paths: map[string]string{}}
@@ -100,12 +100,15 @@ func (cg *cgroups) create(l Limits) error {
 			return fmt.Errorf("create cgroup: %w", err)
 		}
 		quota := int64(l.CPUs * 100000)
-		return writeAll(dir, map[string]string{
+		if err := writeAll(dir, map[string]string{
 			"memory.max":      strconv.FormatInt(l.MemoryMB<<20, 10),
 			"memory.swap.max": "0",
 			"pids.max":        strconv.FormatInt(l.PIDs, 10),
 			"cpu.max":         fmt.Sprintf("%d 100000", quota),
-		}, "memory.swap.max")
+		}, "memory.swap.max"); err != nil {
+			return err
+		}
+		return applyDeviceRules(cg.paths)
 	}
 	for c, dir := range cg.paths {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -145,7 +148,8 @@ func (cg *cgroups) create(l Limits) error {
 			return err
 		}
 	}
-	return nil
+	// The device allow-list (devices_linux.go), before any process joins.
+	return applyDeviceRules(cg.paths)
 }
 
 // writeAll writes each file in dir; files named in optional may be missing.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/forkbox/forkbox/internal/agent"
 	"github.com/forkbox/forkbox/internal/errdefs"
+	"golang.org/x/sys/unix"
 )
 
 // Freeze stops every process of a sandbox (cgroup freezer) and returns once
@@ -135,5 +136,13 @@ func (r *Runtime) CaptureLayer(ctx context.Context, id, dst string) error {
 			return fmt.Errorf("capture layer: %w", err)
 		}
 	}
-	return nil
+	// The writable layer holds the build sandbox's host ids; a layer holds
+	// canonical ones (root 0, the user 1000), which every sandbox then maps
+	// into its own range. The upper dir itself is owned by the sandbox's
+	// root, which names the range.
+	var st unix.Stat_t
+	if err := unix.Stat(upper, &st); err != nil {
+		return err
+	}
+	return shiftOwners(dst, st.Uid, 0)
 }

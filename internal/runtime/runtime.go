@@ -13,9 +13,17 @@
 // Host layout of a sandbox (<dir> = <data>/sandboxes/<id>):
 //
 //	<dir>/disk.img   sparse ext4 image of disk_mb (the writable layer's quota)
-//	<dir>/disk/      its mount: upper/ and work/ of the overlay
-//	<dir>/rootfs/    the overlay: the image's lower dirs + disk/upper
-//	<dir>/run/       bind-mounted at /.forkbox/run inside: agent.json, agent.sock, agent.log
+//	<dir>/disk/      its mount: upper/ and work/ of the overlay, and run/
+//	<dir>/disk/run/  bind-mounted at /.forkbox/run inside: agent.json, agent.sock
+//	<dir>/lower/<i>  the image's layers, idmapped with the sandbox's id range
+//	                 (detached once the overlay holds them)
+//	<dir>/binds/<i>  idmapped clones of the image's read-only host binds
+//	<dir>/rootfs/    the overlay: lower/* + disk/upper, mounted with paths
+//	                 relative to <dir> so that none of the host's show inside
+//
+// Every sandbox runs in a user namespace of its own (see userns_linux.go):
+// its root is an unprivileged host id of a range that package userns
+// allocates, never host root.
 package runtime
 
 import (
@@ -31,6 +39,12 @@ type Limits struct {
 	CPUs     float64
 	MemoryMB int64
 	PIDs     int64
+	// NoFile is the RLIMIT_NOFILE (soft and hard) of the sandbox's init,
+	// which every process of the sandbox inherits; 0 leaves the inherited
+	// limit. The sandbox package derives it from the host's file-max and
+	// PIDs so that PIDs × NoFile open files stay within the sandbox's share
+	// of the host's file table (sandbox.HostBounds.NoFile).
+	NoFile int64
 }
 
 // Spec is everything Create needs.
@@ -45,6 +59,15 @@ type Spec struct {
 	// FromFS, when set, is a tar of a writable layer (ExportFS) that the new
 	// sandbox starts with: a cold boot from a filesystem snapshot.
 	FromFS string
+	// UIDBase is the first host id of the sandbox's id range: that of its
+	// lineage for a restore (the snapshot's processes and files carry those
+	// host ids), 0 for a new sandbox, which gets a new range.
+	UIDBase uint32
+	// FromFSBase is the first host id of the range FromFS was written in
+	// (0 for archives from before user namespaces, whose ids are
+	// canonical); its owners are shifted into UIDBase's range when they
+	// differ.
+	FromFSBase uint32
 	// Build makes a build sandbox: its agent keeps the build capabilities
 	// (internal/harden.BuildCaps) so that image builds can run commands as
 	// root (agent.ExecRequest.Root). Never set for users' sandboxes.
@@ -59,6 +82,12 @@ type Info struct {
 	PIDStart  uint64         `json:"pid_start"` // start time in clock ticks, guards against PID reuse
 	CgroupDir string         `json:"cgroup_parent"`
 	Link      *netsetup.Link `json:"link,omitempty"`
+	// UIDBase is the first host id of the sandbox's user namespace range
+	// (0: a sandbox from before user namespaces).
+	UIDBase uint32 `json:"uid_base,omitempty"`
+	// RunDir is the host path of the agent's run dir (empty: <Dir>/run,
+	// where sandboxes from before it moved onto their disk have it).
+	RunDir string `json:"run_dir,omitempty"`
 }
 
 // MarshalInfo encodes info for the metadata store.

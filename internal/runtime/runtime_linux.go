@@ -3,6 +3,8 @@ package runtime
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,6 +22,8 @@ import (
 	"github.com/forkbox/forkbox/internal/agent"
 	"github.com/forkbox/forkbox/internal/durable"
 	"github.com/forkbox/forkbox/internal/netsetup"
+	"github.com/forkbox/forkbox/internal/sandboxinit"
+	"github.com/forkbox/forkbox/internal/userns"
 	"golang.org/x/sys/unix"
 )
 
@@ -36,6 +40,8 @@ type Config struct {
 	Binary string
 	// Net attaches internet access; required only for sandboxes that ask.
 	Net *netsetup.Manager
+	// IDs hands out the host id ranges of sandboxes' user namespaces.
+	IDs *userns.Allocator
 	// OnExit is called (once, from its own goroutine) when a sandbox's init
 	// exits without Destroy having been called.
 	OnExit func(id string, reason string)
@@ -44,15 +50,26 @@ type Config struct {
 
 // Runtime creates and destroys sandboxes. Safe for concurrent use.
 type Runtime struct {
-	cfg   Config
-	disks *diskCache
-	log   *slog.Logger
+	cfg Config
+	// dir is the sandboxes dir as the runtime uses it: a bind of cfg.Dir
+	// under execRoot (see ensureExecRoot).
+	dir      string
+	execRoot string
+	disks    *diskCache
+	log      *slog.Logger
 
 	mu        sync.Mutex
 	destroyed map[string]bool // ids whose exit is expected
 	inits     chan *initProc  // pre-started init processes
 	refilling bool
 	closed    bool
+	// criuAction is the script CRIU runs at restore to bring the restored
+	// network namespace's loopback up.
+	criuAction string
+	// agents keeps the agent binary's versions; agentBin is the live copy
+	// of this daemon's, which new sandboxes run (see agents_linux.go).
+	agents   *agentStore
+	agentBin string
 }
 
 // New checks the host and returns a Runtime.
@@ -73,29 +90,53 @@ func New(cfg Config) (*Runtime, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.IDs == nil {
+		return nil, errors.New("the runtime needs a user namespace id allocator")
+	}
 	for _, d := range []string{cfg.Dir, cfg.CacheDir} {
 		if err := os.MkdirAll(d, 0o711); err != nil {
 			return nil, err
 		}
 	}
-	// Init processes are started ahead of need, in a copy of the host's mount
-	// table; the mounts a create makes later under the sandboxes dir reach
-	// them because that dir is a shared mount (propagation), until each init
-	// makes its tree private.
-	if err := ensureSharedMount(cfg.Dir); err != nil {
-		return nil, fmt.Errorf("sandboxes dir %s: %w", cfg.Dir, err)
+	// Sandboxes' inits run as unprivileged host ids and bind their root,
+	// run dir and agent binary by path before they pivot, so those paths
+	// must be searchable by any id. The data dir may sit where they are not
+	// (under /root, or a 0700 temp dir): the runtime works through a bind of
+	// the sandboxes dir at an exec root under /run instead.
+	execRoot, err := ensureExecRoot(cfg.Dir)
+	if err != nil {
+		return nil, err
 	}
-	r := &Runtime{cfg: cfg, disks: &diskCache{dir: cfg.CacheDir}, log: cfg.Logger, destroyed: map[string]bool{},
-		inits: make(chan *initProc, initPoolSize)}
+	dir := filepath.Join(execRoot, "sandboxes")
+	raiseHostLimits(cfg.Logger)
+	action, err := writeCRIUAction(cfg.CacheDir)
+	if err != nil {
+		return nil, err
+	}
+	agents, agentBin, err := setupAgents(filepath.Dir(cfg.Dir), filepath.Join(execRoot, "agent"), cfg.Binary)
+	if err != nil {
+		return nil, err
+	}
+	r := &Runtime{cfg: cfg, dir: dir, execRoot: execRoot, disks: &diskCache{dir: cfg.CacheDir}, log: cfg.Logger,
+		destroyed: map[string]bool{}, inits: make(chan *initProc, initPoolSize), criuAction: action,
+		agents: agents, agentBin: agentBin}
 	r.refillInits()
 	return r, nil
 }
 
 // Dir returns the host directory of sandbox id.
-func (r *Runtime) Dir(id string) string { return filepath.Join(r.cfg.Dir, id) }
+func (r *Runtime) Dir(id string) string { return filepath.Join(r.dir, id) }
 
 // SocketPath returns the host path of the agent socket of a sandbox.
-func SocketPath(info *Info) string { return filepath.Join(info.Dir, "run", agent.SocketName) }
+func SocketPath(info *Info) string { return filepath.Join(runDirOf(info), agent.SocketName) }
+
+// runDirOf is the host path of a sandbox's run dir.
+func runDirOf(info *Info) string {
+	if info.RunDir != "" {
+		return info.RunDir
+	}
+	return filepath.Join(info.Dir, "run")
+}
 
 // cleanup is a LIFO stack of undo steps for a multi-step setup.
 type cleanup []func() error
@@ -130,18 +171,64 @@ func (r *Runtime) Create(ctx context.Context, spec Spec) (info *Info, err error)
 		r.log.Debug("sandbox create steps (µs since start)", append([]any{"sandbox", spec.ID}, steps...)...)
 	}()
 	var undo cleanup
+	var initProcess *os.Process
 	ok := false // set just before the one successful return
 	defer func() {
-		// On every other way out, a panic included, undo what was done.
+		// On every other way out, a panic included, undo what was done:
+		// the init first, whose copies of the sandbox's mounts would keep
+		// their directories busy.
 		if !ok {
+			if initProcess != nil {
+				_ = initProcess.Kill()
+				_, _ = initProcess.Wait()
+			}
 			if cerr := undo.run(); cerr != nil {
 				r.log.Error("unwinding failed sandbox create", "sandbox", spec.ID, "err", cerr)
 			}
 		}
 	}()
 
-	rootfs, runDir, err := r.prepareRoot(ctx, spec, &undo)
+	// The first process: new namespaces (its user namespace mapped to an id
+	// range), waiting for its config on fd 3. It comes first because the
+	// root's idmapped layers need its user namespace.
+	z, err := r.takeInit(spec.UIDBase)
 	if err != nil {
+		return nil, err
+	}
+	cmd, cfgW, statR := z.cmd, z.cfgW, z.statR
+	defer cfgW.Close()
+	defer statR.Close()
+	initProcess = cmd.Process
+	undo.add(func() error { r.cfg.IDs.Unpin(z.base); return nil })
+	info.UIDBase = z.base
+	step("start")
+	pid := cmd.Process.Pid
+	info.PID = pid
+	if info.PIDStart, err = pidStartTime(pid); err != nil {
+		return nil, err
+	}
+	nsFile, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", pid))
+	if err != nil {
+		return nil, fmt.Errorf("user namespace of the sandbox init: %w", err)
+	}
+	rootfs, runDir, binds, err := r.prepareRoot(ctx, spec, info, int(nsFile.Fd()), &undo)
+	nsFile.Close()
+	if err != nil {
+		return nil, err
+	}
+	// The init was started ahead of need, in a copy of the host's mount
+	// table made before this sandbox's mounts existed: clones of them are
+	// attached in its mount namespace, at the same paths (the run dir, a
+	// subdirectory of the disk mount, at <dir>/run-mnt).
+	runMnt := filepath.Join(r.Dir(spec.ID), "run-mnt")
+	if err := os.Mkdir(runMnt, 0o711); err != nil {
+		return nil, err
+	}
+	attach := []mountAttach{{rootfs, rootfs}, {runDir, runMnt}}
+	for _, b := range binds {
+		attach = append(attach, mountAttach{b.Source, b.Source})
+	}
+	if err := attachMounts(pid, attach); err != nil {
 		return nil, err
 	}
 	step("overlay")
@@ -151,23 +238,7 @@ func (r *Runtime) Create(ctx context.Context, spec Spec) (info *Info, err error)
 	if err := cg.create(spec.Limits); err != nil {
 		return nil, fmt.Errorf("cgroup: %w", err)
 	}
-
 	step("cgroup")
-	// The first process: new namespaces, waiting for its config on fd 3.
-	z, err := r.takeInit()
-	if err != nil {
-		return nil, err
-	}
-	cmd, cfgW, statR := z.cmd, z.cfgW, z.statR
-	defer cfgW.Close()
-	defer statR.Close()
-	step("start")
-	pid := cmd.Process.Pid
-	undo.add(func() error { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait(); return nil })
-	info.PID = pid
-	if info.PIDStart, err = pidStartTime(pid); err != nil {
-		return nil, err
-	}
 	if err := cg.join(pid); err != nil {
 		return nil, err
 	}
@@ -186,11 +257,8 @@ func (r *Runtime) Create(ctx context.Context, spec Spec) (info *Info, err error)
 		info.Link = link
 	}
 	step("network")
-	binds := []initBind{}
-	for _, b := range spec.Image.Binds {
-		binds = append(binds, initBind{Source: b.Source, Target: b.Target, ReadOnly: b.ReadOnly})
-	}
-	icfg := initConfig{RootFS: rootfs, Hostname: spec.Hostname, Binary: r.cfg.Binary, RunDir: runDir, Binds: binds}
+	icfg := sandboxinit.Config{RootFS: rootfs, Hostname: spec.Hostname, Binary: r.agentBin, RunDir: runMnt, Binds: binds,
+		NoFile: spec.Limits.NoFile}
 	if err := json.NewEncoder(cfgW).Encode(icfg); err != nil {
 		return nil, fmt.Errorf("send init config: %w", err)
 	}
@@ -202,6 +270,7 @@ func (r *Runtime) Create(ctx context.Context, spec Spec) (info *Info, err error)
 		return nil, err
 	}
 	step("ready")
+	protectAgent(info.PID, r.log)
 	go r.reap(spec.ID, func() string {
 		err := cmd.Wait()
 		return exitReason(err)
@@ -217,12 +286,27 @@ type initProc struct {
 	cmd   *exec.Cmd
 	cfgW  *os.File // its fd 3
 	statR *os.File // its fd 4
+	base  uint32   // its user namespace's id range (pinned while it lives)
 }
 
 // initPoolSize is how many started init processes the runtime keeps ready.
 const initPoolSize = 2
 
-func (r *Runtime) startInit() (*initProc, error) {
+// startInit starts an init in new namespaces whose user namespace maps the
+// id range at base (a new range when base is 0).
+func (r *Runtime) startInit(base uint32) (z *initProc, err error) {
+	if base == 0 {
+		if base, err = r.cfg.IDs.Alloc(); err != nil {
+			return nil, err
+		}
+	} else if err := r.cfg.IDs.Pin(base); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			r.cfg.IDs.Unpin(base)
+		}
+	}()
 	cfgR, cfgW, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -233,12 +317,18 @@ func (r *Runtime) startInit() (*initProc, error) {
 		cfgW.Close()
 		return nil, err
 	}
-	cmd := exec.Command(r.cfg.Binary, "__sandbox-init")
+	cmd := exec.Command(r.agentBin, "__sandbox-init")
 	cmd.ExtraFiles = []*os.File{cfgR, statW}
+	// The user namespace comes with the others, so that it owns them: its
+	// root (host id base) may mount proc, sysfs and devpts for its own
+	// sandbox and nothing else. Credential makes the init uid 0 inside (host
+	// id base) before it execs, so it never runs as host root in there.
 	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET |
+		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET |
 			syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
-		Setsid: true,
+		UidMappings: idMappings(base), GidMappings: idMappings(base), GidMappingsEnableSetgroups: true,
+		Credential: &syscall.Credential{Uid: 0, Gid: 0},
+		Setsid:     true,
 	}
 	err = cmd.Start()
 	cfgR.Close()
@@ -248,12 +338,17 @@ func (r *Runtime) startInit() (*initProc, error) {
 		statR.Close()
 		return nil, fmt.Errorf("start sandbox init: %w", err)
 	}
-	return &initProc{cmd: cmd, cfgW: cfgW, statR: statR}, nil
+	return &initProc{cmd: cmd, cfgW: cfgW, statR: statR, base: base}, nil
 }
 
 // takeInit hands out a ready init process, or starts one if none is ready,
-// and refills the pool in the background.
-func (r *Runtime) takeInit() (*initProc, error) {
+// and refills the pool in the background. A sandbox that must have a given
+// id range (base != 0: a cold boot from a filesystem snapshot of a lineage)
+// gets an init started for it.
+func (r *Runtime) takeInit(base uint32) (*initProc, error) {
+	if base != 0 {
+		return r.startInit(base)
+	}
 	defer r.refillInits()
 	select {
 	case z := <-r.inits:
@@ -261,10 +356,10 @@ func (r *Runtime) takeInit() (*initProc, error) {
 		if z.cmd.ProcessState == nil && unix.Kill(z.cmd.Process.Pid, 0) == nil {
 			return z, nil
 		}
-		z.discard()
+		z.discard(r.cfg.IDs)
 	default:
 	}
-	return r.startInit()
+	return r.startInit(0)
 }
 
 func (r *Runtime) refillInits() {
@@ -278,7 +373,7 @@ func (r *Runtime) refillInits() {
 	go func() {
 		defer func() { r.mu.Lock(); r.refilling = false; r.mu.Unlock() }()
 		for len(r.inits) < cap(r.inits) {
-			z, err := r.startInit()
+			z, err := r.startInit(0)
 			if err != nil {
 				r.log.Warn("pre-start sandbox init", "err", err)
 				return
@@ -287,43 +382,67 @@ func (r *Runtime) refillInits() {
 			closed := r.closed
 			r.mu.Unlock()
 			if closed {
-				z.discard()
+				z.discard(r.cfg.IDs)
 				return
 			}
 			select {
 			case r.inits <- z:
 			default:
-				z.discard()
+				z.discard(r.cfg.IDs)
 				return
 			}
 		}
 	}()
 }
 
-func (z *initProc) discard() {
+func (z *initProc) discard(ids *userns.Allocator) {
 	z.cfgW.Close()
 	z.statR.Close()
 	_ = z.cmd.Process.Kill()
 	_ = z.cmd.Wait()
+	ids.Unpin(z.base)
 }
 
-// ensureSharedMount makes dir a mount point of its own with shared
-// propagation. It is idempotent: a dir that is already a mount point (after a
-// daemon restart, with sandboxes mounted below it) is only marked shared.
-func ensureSharedMount(dir string) error {
-	mounted, err := isMountPoint(dir)
+// execRootBase holds the exec roots of runtimes (one per sandboxes dir).
+const execRootBase = "/run/forkbox"
+
+// ensureExecRoot makes /run/forkbox/rt-<hash of dir>/sandboxes a bind of
+// dir (idempotent: a restarted daemon finds it in place) and returns the exec
+// root. Every directory on the way is searchable by others (0711), nothing
+// in it readable; /run is a tmpfs, so a reboot, which ends every sandbox,
+// empties it.
+func ensureExecRoot(dir string) (string, error) {
+	abs, err := filepath.Abs(dir)
 	if err != nil {
-		return err
+		return "", err
 	}
-	if !mounted {
-		if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
-			return fmt.Errorf("bind: %w", err)
+	sum := sha256.Sum256([]byte(abs))
+	root := filepath.Join(execRootBase, "rt-"+hex.EncodeToString(sum[:8]))
+	bind := filepath.Join(root, "sandboxes")
+	for _, d := range []string{execRootBase, root, bind} {
+		if err := os.MkdirAll(d, 0o711); err != nil {
+			return "", err
+		}
+		if err := os.Chmod(d, 0o711); err != nil {
+			return "", err
 		}
 	}
-	if err := unix.Mount("", dir, "", unix.MS_SHARED, ""); err != nil {
-		return fmt.Errorf("make shared: %w", err)
+	mounted, err := isMountPoint(bind)
+	if err != nil {
+		return "", err
 	}
-	return nil
+	if !mounted {
+		if err := unix.Mount(abs, bind, "", unix.MS_BIND, ""); err != nil {
+			return "", fmt.Errorf("bind %s at %s: %w", abs, bind, err)
+		}
+	}
+	// Private: /run is usually a shared mount, and sandboxes' mounts made
+	// under it would otherwise propagate into every mount namespace copied
+	// from the host's (pre-started inits), which would keep them busy.
+	if err := unix.Mount("", bind, "", unix.MS_PRIVATE, ""); err != nil {
+		return "", fmt.Errorf("make %s private: %w", bind, err)
+	}
+	return root, nil
 }
 
 // isMountPoint reports whether path is the mount point of a mount in this
@@ -369,7 +488,13 @@ func unescapeMountPath(s string) string {
 // sandbox is left (a daemon that stops with sandboxes running keeps it so the
 // next start adopts them).
 func (r *Runtime) ReleaseMounts() error {
-	return unmount(r.cfg.Dir)
+	err := errors.Join(unmount(r.dir), unmount(r.agents.live))
+	if err == nil {
+		os.Remove(filepath.Join(r.execRoot, "sandboxes"))
+		os.Remove(filepath.Join(r.execRoot, "agent"))
+		os.Remove(r.execRoot)
+	}
+	return errors.Join(err, unmount(r.cfg.Dir)) // a shared self-bind of older versions
 }
 
 // Close stops the pre-started init processes. Sandboxes keep running.
@@ -380,7 +505,7 @@ func (r *Runtime) Close() {
 	for {
 		select {
 		case z := <-r.inits:
-			z.discard()
+			z.discard(r.cfg.IDs)
 		default:
 			return
 		}
@@ -388,40 +513,123 @@ func (r *Runtime) Close() {
 }
 
 // prepareRoot makes the sandbox's directory, writable layer (filled from
-// spec.FromFS when set), overlay root and agent config, registering the undo
-// of each step.
-func (r *Runtime) prepareRoot(ctx context.Context, spec Spec, undo *cleanup) (rootfs, runDir string, err error) {
+// spec.FromFS when set), its layers idmapped with the sandbox's id range
+// (usernsFd: a user namespace with that mapping), the overlay root, the
+// idmapped clones of the image's host binds and the agent's run dir and
+// config, registering the undo of each step. It sets info.RunDir.
+func (r *Runtime) prepareRoot(ctx context.Context, spec Spec, info *Info, usernsFd int, undo *cleanup) (rootfs, runDir string, binds []sandboxinit.Bind, err error) {
 	dir := r.Dir(spec.ID)
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		return "", "", fmt.Errorf("sandbox dir: %w", err)
+	base := info.UIDBase
+	root := int(base) // the sandbox's root, as a host id
+	// Searchable (not readable) by others: the sandbox's init, the
+	// sandbox's root in its user namespace, binds its root and run dir from
+	// here before it pivots; nothing in it is readable by other ids.
+	if err := os.Mkdir(dir, 0o711); err != nil {
+		return "", "", nil, fmt.Errorf("sandbox dir: %w", err)
+	}
+	if err := os.Chmod(dir, 0o711); err != nil { // past the umask
+		return "", "", nil, err
 	}
 	undo.add(func() error { return os.RemoveAll(dir) })
-	runDir = filepath.Join(dir, "run")
-	if err := os.Mkdir(runDir, 0o700); err != nil {
-		return "", "", err
-	}
 
-	// Writable layer: ext4 of disk_mb, then the overlay root.
+	// Writable layer: ext4 of disk_mb, then the overlay root. Its upper
+	// dir is the root directory of the sandbox: owned by the sandbox's root.
 	undo.add(func() error { return unmount(filepath.Join(dir, "disk")) })
 	if err := mountDisk(r.disks, dir, spec.DiskMB); err != nil {
-		return "", "", fmt.Errorf("writable layer: %w", err)
+		return "", "", nil, fmt.Errorf("writable layer: %w", err)
 	}
+	upper := filepath.Join(dir, "disk", "upper")
 	if spec.FromFS != "" {
-		if err := importFS(ctx, spec.FromFS, filepath.Join(dir, "disk", "upper")); err != nil {
-			return "", "", err
+		if err := importFS(ctx, spec.FromFS, upper); err != nil {
+			return "", "", nil, err
 		}
+		// An archive of another range (or of canonical ids, from before
+		// user namespaces: FromFSBase 0) moves into this one.
+		if err := shiftOwners(upper, spec.FromFSBase, base); err != nil {
+			return "", "", nil, err
+		}
+	}
+	if err := os.Chown(upper, root, root); err != nil {
+		return "", "", nil, err
+	}
+
+	// The agent's run dir lives on the sandbox's own disk, so what the
+	// sandbox sees of its mount names no host path; the agent (the
+	// sandbox's root) creates its socket there.
+	runDir = filepath.Join(dir, "disk", "run")
+	if err := os.Mkdir(runDir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return "", "", nil, err
+	}
+	if err := os.Chown(runDir, root, root); err != nil {
+		return "", "", nil, err
+	}
+	info.RunDir = runDir
+
+	// The image's layers, each an idmapped clone at lower/<i>: canonical
+	// ids on disk, the sandbox's range inside.
+	var lowers []string
+	for i, l := range spec.Image.LowerDirs {
+		p := filepath.Join(dir, "lower", strconv.Itoa(i))
+		if err := os.MkdirAll(p, 0o700); err != nil {
+			return "", "", nil, err
+		}
+		undo.add(func() error { return unmount(p) })
+		if err := idmapClone(l, p, usernsFd, false); err != nil {
+			return "", "", nil, fmt.Errorf("image layer: %w", err)
+		}
+		lowers = append(lowers, filepath.Join("lower", strconv.Itoa(i)))
 	}
 	rootfs = filepath.Join(dir, "rootfs")
 	if err := os.Mkdir(rootfs, 0o755); err != nil {
-		return "", "", err
+		return "", "", nil, err
 	}
-	undo.add(func() error { return unmount(rootfs) })
-	opts, err := overlayOptions(spec.Image.LowerDirs, filepath.Join(dir, "disk"))
+	rootDir := rootfs // not the named result, which a failed return empties
+	undo.add(func() error { return unmount(rootDir) })
+	opts, err := overlayOptions(lowers, "disk")
 	if err != nil {
-		return "", "", err
+		return "", "", nil, err
 	}
-	if err := unix.Mount("overlay", rootfs, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
-		return "", "", fmt.Errorf("mount overlay root: %w", err)
+	if err := inDir(dir, func() error {
+		return unix.Mount("overlay", "rootfs", "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts)
+	}); err != nil {
+		return "", "", nil, fmt.Errorf("mount overlay root: %w", err)
+	}
+	// The overlay holds private clones of its layers: the attached ones
+	// are no longer needed.
+	for i := range lowers {
+		if err := unix.Unmount(filepath.Join(dir, "lower", strconv.Itoa(i)), unix.MNT_DETACH); err != nil {
+			return "", "", nil, fmt.Errorf("detach layer clone: %w", err)
+		}
+	}
+
+	// The image's read-only host binds (the host image's /usr), idmapped
+	// too so that their files show their real owners inside.
+	for i, b := range spec.Image.Binds {
+		p := filepath.Join(dir, "binds", strconv.Itoa(i))
+		st, err := os.Stat(b.Source)
+		if err != nil {
+			return "", "", nil, fmt.Errorf("image bind %s: %w", b.Source, err)
+		}
+		// Searchable by the sandbox's init, which binds it from here.
+		if err := os.MkdirAll(filepath.Dir(p), 0o711); err != nil {
+			return "", "", nil, err
+		}
+		if err := os.Chmod(filepath.Dir(p), 0o711); err != nil {
+			return "", "", nil, err
+		}
+		if st.IsDir() {
+			err = os.Mkdir(p, 0o755)
+		} else {
+			err = os.WriteFile(p, nil, 0o444)
+		}
+		if err != nil {
+			return "", "", nil, err
+		}
+		undo.add(func() error { return unmount(p) })
+		if err := idmapClone(b.Source, p, usernsFd, !b.ReadOnly); err != nil {
+			return "", "", nil, fmt.Errorf("image bind: %w", err)
+		}
+		binds = append(binds, sandboxinit.Bind{Source: p, Target: b.Target, ReadOnly: b.ReadOnly})
 	}
 
 	// The agent's config, read by the agent at start.
@@ -433,17 +641,21 @@ func (r *Runtime) prepareRoot(ctx context.Context, spec Spec, undo *cleanup) (ro
 		Env:       agent.MergeEnv(spec.Image.Env, spec.Env),
 		Build:     spec.Build,
 	}
-	if err := writeJSON(filepath.Join(runDir, agent.ConfigName), acfg); err != nil {
-		return "", "", err
+	cfgPath := filepath.Join(runDir, agent.ConfigName)
+	if err := writeJSON(cfgPath, acfg); err != nil {
+		return "", "", nil, err
+	}
+	if err := os.Chown(cfgPath, root, root); err != nil {
+		return "", "", nil, err
 	}
 	if spec.AllowInternet {
-		// Name resolution for sandboxes that may reach the network.
-		if err := os.WriteFile(filepath.Join(rootfs, "etc", "resolv.conf"), netsetup.ResolvConf(), 0o644); err != nil {
-			return "", "", fmt.Errorf("write resolv.conf: %w", err)
+		// Name resolution for sandboxes that may reach the network,
+		// written without following what the image has at that name.
+		if err := writeInRoot(rootfs, "etc/resolv.conf", netsetup.ResolvConf(), 0o644, root, root); err != nil {
+			return "", "", nil, fmt.Errorf("write resolv.conf: %w", err)
 		}
 	}
-
-	return rootfs, runDir, nil
+	return rootfs, runDir, binds, nil
 }
 
 // overlayOptions returns the mount options of a sandbox's root: the image's
@@ -541,6 +753,20 @@ func (r *Runtime) reap(id string, wait func() string) {
 // fails if the sandbox's init is gone (or its PID now belongs to another
 // process) or its agent does not answer.
 func (r *Runtime) Adopt(ctx context.Context, id string, info *Info) error {
+	if err := r.adopt(id, info, true); err != nil {
+		return err
+	}
+	// A sandbox from before the device allow-list gets it now; one that has
+	// it is left as is.
+	if err := applyDeviceRules(newCgroups(r.cfg.CgroupParent, id).paths); err != nil {
+		r.log.Warn("device allow-list of an adopted sandbox", "sandbox", id, "err", err)
+	}
+	return nil
+}
+
+// adopt watches a sandbox's init; pin holds its id range (a restore holds it
+// already).
+func (r *Runtime) adopt(id string, info *Info, pin bool) error {
 	if info.PID <= 0 {
 		return errors.New("no init pid recorded")
 	}
@@ -554,6 +780,13 @@ func (r *Runtime) Adopt(ctx context.Context, id string, info *Info) error {
 	pidfd, err := unix.PidfdOpen(info.PID, 0)
 	if err != nil {
 		return fmt.Errorf("pidfd_open %d: %w", info.PID, err)
+	}
+	if pin && info.UIDBase != 0 {
+		// Held for as long as it runs, as Create and restores do.
+		if err := r.cfg.IDs.Pin(info.UIDBase); err != nil {
+			unix.Close(pidfd)
+			return err
+		}
 	}
 	go r.reap(id, func() string {
 		defer unix.Close(pidfd)
@@ -598,6 +831,14 @@ func (r *Runtime) Destroy(ctx context.Context, id string, info *Info) error {
 	if err := unmount(filepath.Join(dir, "rootfs")); err != nil {
 		errs = append(errs, err)
 	}
+	for _, sub := range []string{"binds", "lower"} {
+		ents, _ := os.ReadDir(filepath.Join(dir, sub))
+		for _, e := range ents {
+			if err := unmount(filepath.Join(dir, sub, e.Name())); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
 	if err := unmount(filepath.Join(dir, "disk")); err != nil {
 		errs = append(errs, err)
 	}
@@ -605,6 +846,9 @@ func (r *Runtime) Destroy(ctx context.Context, id string, info *Info) error {
 		if err := os.RemoveAll(dir); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if len(errs) == 0 && info.UIDBase != 0 {
+		r.cfg.IDs.Unpin(info.UIDBase)
 	}
 	return errors.Join(errs...)
 }
@@ -622,7 +866,7 @@ func (r *Runtime) Usage(id string) Usage {
 // SandboxDirs lists the sandbox directories on disk (for startup cleanup of
 // sandboxes the metadata store does not know).
 func (r *Runtime) SandboxDirs() ([]string, error) {
-	ents, err := os.ReadDir(r.cfg.Dir)
+	ents, err := os.ReadDir(r.dir)
 	if err != nil {
 		return nil, err
 	}
@@ -679,4 +923,42 @@ func writeJSON(path string, v any) error {
 		return err
 	}
 	return durable.WriteFile(path, b, 0o600)
+}
+
+// protectAgent keeps the OOM killer off a sandbox's agent (PID 1 of the
+// sandbox, which cannot do it itself from inside its user namespace). Some
+// hosts deny it even to root (no CAP_SYS_RESOURCE); then the agent's user
+// processes still go first (the agent starts them at +500).
+func protectAgent(pid int, log *slog.Logger) {
+	if err := os.WriteFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", []byte("-1000"), 0); err != nil {
+		log.Debug("protect the sandbox agent from the OOM killer", "pid", pid, "err", err)
+	}
+}
+
+// hostInotify are the least per-user inotify limits of the host's root that
+// forkbox needs: each sandbox's inotify instances and watches also count
+// against root's (the owner of sandboxes' user namespaces), so the host's
+// defaults (128 instances here) would let one sandbox at its share
+// (userLimits) take them all. Raised, never lowered, at start.
+var hostInotify = map[string]int{
+	"/proc/sys/fs/inotify/max_user_instances": 64 * sandboxinit.InotifyInstances,
+	"/proc/sys/fs/inotify/max_user_watches":   64 * sandboxinit.InotifyWatches,
+}
+
+func raiseHostLimits(log *slog.Logger) {
+	for p, want := range hostInotify {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		have, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || have >= want {
+			continue
+		}
+		if err := os.WriteFile(p, []byte(strconv.Itoa(want)), 0); err != nil {
+			log.Warn("raise a host limit that sandboxes share", "sysctl", p, "have", have, "want", want, "err", err)
+			continue
+		}
+		log.Info("raised a host limit that sandboxes share", "sysctl", p, "from", have, "to", want)
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/forkbox/forkbox/internal/agent"
 	"github.com/forkbox/forkbox/internal/image"
 	"github.com/forkbox/forkbox/internal/netsetup"
+	"github.com/forkbox/forkbox/internal/userns"
 )
 
 // testRuntime needs root and a static forkbox binary (FORKBOX_BIN, else one
@@ -44,8 +45,12 @@ func testRuntime(t *testing.T) (*Runtime, *image.Image) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ids, err := userns.New(userns.DefaultFirst, userns.DefaultCount, userns.DefaultClaimDir, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
 	rt, err := New(Config{Dir: filepath.Join(dir, "sandboxes"), CacheDir: filepath.Join(dir, "cache"),
-		CgroupParent: "forkbox-test", Binary: bin, Net: nm})
+		CgroupParent: "forkbox-test", Binary: bin, Net: nm, IDs: ids})
 	if err != nil {
 		t.Fatal(err)
 	}

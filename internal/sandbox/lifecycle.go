@@ -117,6 +117,7 @@ func (m *Manager) reapLoop() {
 // persists recent activity. A sandbox with a call in flight is not idle.
 func (m *Manager) reapOnce(ctx context.Context) {
 	now := m.now()
+	canSuspend := m.criuAvailable()
 	type victim struct{ id, reason string }
 	var victims []victim
 	m.mu.Lock()
@@ -128,7 +129,7 @@ func (m *Manager) reapOnce(ctx context.Context) {
 		if l.pooled {
 			idle = false
 		}
-		startSuspend := idle && named && m.criu != nil && !l.suspending && !expired
+		startSuspend := idle && named && canSuspend && !l.suspending && !expired
 		if startSuspend {
 			l.suspending = true
 		}
@@ -155,6 +156,9 @@ func (m *Manager) reapOnce(ctx context.Context) {
 	m.mu.Unlock()
 	// Suspended sandboxes cost only disk, but their lifetime still ends.
 	m.reapTick++
+	if m.reapTick%20 == 0 {
+		m.sweepIDRanges(ctx)
+	}
 	if m.reapTick%10 == 0 {
 		if list, err := m.store.List(ctx, store.ListFilter{State: api.StateSuspended}); err == nil {
 			for _, sb := range list {

@@ -34,6 +34,7 @@ import (
 	"github.com/forkbox/forkbox/internal/runtime"
 	"github.com/forkbox/forkbox/internal/snapshot"
 	"github.com/forkbox/forkbox/internal/store"
+	"github.com/forkbox/forkbox/internal/userns"
 )
 
 // Defaults for fields a create request leaves out.
@@ -68,15 +69,21 @@ type Manager struct {
 	rt      Runtime
 	snapper Snapshotter
 	snaps   *snapshot.Store
-	// criu is nil when memory snapshots are unavailable; criuProblem says why.
+	// criu is nil when memory snapshots are unavailable; criuProblem says
+	// why. Read through criuHost.
+	criuMu      sync.Mutex
 	criu        *criu.Host
 	criuProblem string
+	criuCheck   func() (*criu.Host, error)
+	criuChecked time.Time
 	maxFork     int
 	lockWait    time.Duration // ceiling of every wait for a busy sandbox
 	locks       *keylock.Map  // lifecycle locks (lockOp)
+	ids         *userns.Allocator
 	images      Images
 	builder     ImageBuilder // nil: no builds or imports
 	defaults    Defaults
+	host        *hostLimits // bounds from what the host has (hostlimits.go); nil: defaultHost
 	log         *slog.Logger
 	metrics     *Metrics
 	now         func() time.Time
@@ -139,6 +146,12 @@ func New(st store.Store, rt Runtime, images Images, snaps *snapshot.Store, d Def
 // SetCRIU enables memory snapshots with h, or records why they are
 // unavailable when h is nil or not usable.
 func (m *Manager) SetCRIU(h *criu.Host, problem string) {
+	m.criuMu.Lock()
+	defer m.criuMu.Unlock()
+	m.setCRIULocked(h, problem)
+}
+
+func (m *Manager) setCRIULocked(h *criu.Host, problem string) {
 	if h != nil && h.Usable {
 		m.criu, m.criuProblem = h, ""
 		return
@@ -147,6 +160,46 @@ func (m *Manager) SetCRIU(h *criu.Host, problem string) {
 		problem = h.Problem
 	}
 	m.criu, m.criuProblem = nil, problem
+}
+
+// SetCRIUCheck gives the Manager a way to check CRIU again: when memory
+// snapshots were unavailable (a check can fail for a passing reason, such
+// as a host limit exhausted for a moment), a call that needs them checks
+// again, at most every criuRecheckEvery.
+func (m *Manager) SetCRIUCheck(check func() (*criu.Host, error)) {
+	m.criuMu.Lock()
+	m.criuCheck = check
+	m.criuMu.Unlock()
+}
+
+const criuRecheckEvery = 10 * time.Second
+
+// criuAvailable reports whether memory snapshots work now (without checking
+// again: the reaper asks it twice a second).
+func (m *Manager) criuAvailable() bool {
+	m.criuMu.Lock()
+	defer m.criuMu.Unlock()
+	return m.criu != nil
+}
+
+// criuHost returns the CRIU to use, or nil and why memory snapshots are
+// unavailable.
+func (m *Manager) criuHost() (*criu.Host, string) {
+	m.criuMu.Lock()
+	defer m.criuMu.Unlock()
+	if m.criu == nil && m.criuCheck != nil && time.Since(m.criuChecked) >= criuRecheckEvery {
+		m.criuChecked = time.Now()
+		h, err := m.criuCheck()
+		if err != nil {
+			m.setCRIULocked(nil, err.Error())
+		} else {
+			m.setCRIULocked(h, "")
+		}
+		if m.criu != nil {
+			m.log.Info("memory snapshots available again")
+		}
+	}
+	return m.criu, m.criuProblem
 }
 
 // SetLockWait sets the ceiling of every wait for a sandbox that another
@@ -216,6 +269,9 @@ func (m *Manager) validate(req *api.CreateSandboxRequest) (store.Spec, error) {
 		}
 		*f.dst = *f.v
 	}
+	if err := m.validateHost(req, &spec); err != nil {
+		return spec, err
+	}
 	for k, v := range req.Env {
 		if !envKeyRE.MatchString(k) {
 			return spec, errdefs.InvalidArgument("env: %q is not a valid variable name", k)
@@ -243,6 +299,7 @@ func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest) (*a
 	}
 	imgName := req.Image
 	var fromFS, snapID, criuDir string
+	var fromFSBase uint32
 	if req.SnapshotID != "" {
 		if m.snaps == nil {
 			return nil, errdefs.NotFound("snapshot %q not found", req.SnapshotID)
@@ -252,12 +309,13 @@ func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest) (*a
 			return nil, err
 		}
 		if sn.Type == api.SnapshotMemory {
-			if m.criu == nil {
-				return nil, errdefs.Unavailable("memory snapshots are unavailable on this host: %s", m.criuProblem)
+			if h, problem := m.criuHost(); h == nil {
+				return nil, errdefs.Unavailable("memory snapshots are unavailable on this host: %s", problem)
 			}
 			criuDir = filepath.Join(m.snaps.Path(sn.ID), criuDirName)
 		}
-		spec, imgName, snapID, fromFS = restored, sn.Image, sn.ID, m.snapshotFS(sn.ID)
+		// A restore joins the snapshot's lineage: its id range.
+		spec, imgName, snapID, fromFS, fromFSBase = restored, sn.Image, sn.ID, m.snapshotFS(sn.ID), sn.Spec.UIDBase
 	}
 	if imgName == "" {
 		imgName = image.DefaultImage
@@ -267,6 +325,11 @@ func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest) (*a
 		return nil, fmt.Errorf("image: %w", err)
 	}
 	id := newID("sbx_")
+	release, err := m.admit(ctx, id, spec, snapID)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	// The lock is the new sandbox's from before its record exists, so a
 	// delete that finds the record in state creating cancels this create
 	// and waits for it to unwind.
@@ -312,15 +375,18 @@ func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest) (*a
 	}
 	rspec := runtime.Spec{
 		ID: sb.ID, Hostname: hostname, Image: img,
-		Limits:        runtime.Limits{CPUs: spec.CPUs, MemoryMB: spec.MemoryMB, PIDs: spec.PIDsLimit},
+		Limits:        m.limits(spec),
 		DiskMB:        spec.DiskMB,
 		AllowInternet: spec.AllowInternetAccess,
 		Env:           env,
 		FromFS:        fromFS,
+		UIDBase:       spec.UIDBase,
+		FromFSBase:    fromFSBase,
 	}
 	var info *runtime.Info
 	if criuDir != "" {
-		info, err = m.snapper.RestoreMemory(opCtx, m.criu, rspec, criuDir)
+		h, _ := m.criuHost()
+		info, err = m.snapper.RestoreMemory(opCtx, h, rspec, criuDir)
 	} else {
 		info, err = m.rt.Create(opCtx, rspec)
 	}
@@ -338,6 +404,7 @@ func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest) (*a
 		}
 		s.State, s.StateReason = api.StateRunning, ""
 		s.Runtime = runtime.MarshalInfo(info)
+		s.Spec.UIDBase = info.UIDBase // a new lineage's range
 		return nil
 	})
 	if err != nil {
@@ -719,7 +786,15 @@ func (m *Manager) Exec(ctx context.Context, ref string, req *api.ExecRequest, op
 		if !envKeyRE.MatchString(k) {
 			return nil, errdefs.InvalidArgument("env: %q is not a valid variable name", k)
 		}
+		if strings.ContainsRune(req.Env[k], 0) {
+			return nil, errdefs.InvalidArgument("env: value of %s contains a NUL byte", k)
+		}
 		areq.Env = append(areq.Env, k+"="+req.Env[k])
+	}
+	for _, a := range append([]string{req.Cmd, req.Cwd}, req.Args...) {
+		if strings.ContainsRune(a, 0) {
+			return nil, errdefs.InvalidArgument("cmd, args, cwd: %q contains a NUL byte", a)
+		}
 	}
 	l, release, err := m.acquire(ctx, ref)
 	if err != nil {

@@ -62,6 +62,9 @@ func (m *Manager) CreatePool(ctx context.Context, req *api.CreatePoolRequest) (*
 	} else if _, err := m.images.Get(ctx, req.Image); err != nil {
 		return nil, err
 	}
+	if err := m.checkPool(ctx, rec); err != nil {
+		return nil, err
+	}
 	if err := m.store.CreatePool(ctx, &rec); err != nil {
 		return nil, err
 	}

@@ -64,8 +64,8 @@ func (m *Manager) Checkpoint(ctx context.Context, ref string, req *api.Checkpoin
 	if m.snaps == nil {
 		return nil, errdefs.Unavailable("snapshots are not configured on this daemon")
 	}
-	if typ == api.SnapshotMemory && m.criu == nil {
-		return nil, errdefs.Unavailable("memory snapshots are unavailable on this host: %s", m.criuProblem)
+	if h, problem := m.criuHost(); typ == api.SnapshotMemory && h == nil {
+		return nil, errdefs.Unavailable("memory snapshots are unavailable on this host: %s", problem)
 	}
 	sb, err := m.store.Get(ctx, ref)
 	if err != nil {
@@ -229,11 +229,19 @@ func (m *Manager) captureMemory(ctx context.Context, l *live, sb *store.Sandbox,
 		if err := os.RemoveAll(criuDir); err != nil {
 			return 0, err
 		}
-		if err := os.Mkdir(criuDir, 0o700); err != nil {
+		// Searchable by all: CRIU's restored tasks read some of their
+		// images through CRIU's descriptor of this dir from inside the
+		// sandbox's user namespace, as the sandbox's users. The snapshot's
+		// own dir (0700, root's) keeps every host account out.
+		if err := os.Mkdir(criuDir, 0o755); err != nil {
+			return 0, err
+		}
+		if err := os.Chmod(criuDir, 0o755); err != nil {
 			return 0, err
 		}
 		paused, err = m.captureFS(ctx, l.id, filepath.Join(dir, fsArchive), func() error {
-			return m.snapper.CheckpointMemory(ctx, m.criu, l.id, l.info, img, criuDir)
+			h, _ := m.criuHost()
+			return m.snapper.CheckpointMemory(ctx, h, l.id, l.info, img, criuDir)
 		})
 		// The agent closes its end of a connection the daemon just closed a
 		// moment later; a dump that caught one in between is tried again.
@@ -342,6 +350,7 @@ func (m *Manager) restoreSource(ctx context.Context, req *api.CreateSandboxReque
 		out.TimeoutSecs = spec.TimeoutSecs
 	}
 	out.MaxLifetimeSecs = spec.MaxLifetimeSecs
+	out.UIDBase = sn.Spec.UIDBase
 	if sn.Type == api.SnapshotFilesystem {
 		st, err := os.Stat(filepath.Join(m.snaps.Path(sn.ID), fsArchive))
 		if err != nil {

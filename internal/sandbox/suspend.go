@@ -38,8 +38,8 @@ const snapshotSuspend = "suspend"
 // dropped) until its processes are freed, suspended with its new image from
 // then on.
 func (m *Manager) Suspend(ctx context.Context, ref, reason string) (*api.Sandbox, error) {
-	if m.criu == nil {
-		return nil, errdefs.Unavailable("suspend needs memory snapshots, unavailable on this host: %s", m.criuProblem)
+	if h, problem := m.criuHost(); h == nil {
+		return nil, errdefs.Unavailable("suspend needs memory snapshots, unavailable on this host: %s", problem)
 	}
 	sb, err := m.store.Get(ctx, ref)
 	if err != nil {
@@ -214,8 +214,9 @@ func (m *Manager) Resume(ctx context.Context, ref string) (*api.Sandbox, error) 
 	if sb.State != api.StateSuspended {
 		return nil, errdefs.FailedPrecondition("sandbox %s is %s; only a suspended sandbox can be resumed", sb.ID, sb.State)
 	}
-	if m.criu == nil {
-		return nil, errdefs.Unavailable("resume needs memory snapshots, unavailable on this host: %s", m.criuProblem)
+	h, problem := m.criuHost()
+	if h == nil {
+		return nil, errdefs.Unavailable("resume needs memory snapshots, unavailable on this host: %s", problem)
 	}
 	snap, err := m.store.GetSnapshot(ctx, sb.SuspendImage)
 	if err != nil {
@@ -260,12 +261,14 @@ func (m *Manager) Resume(ctx context.Context, ref string) (*api.Sandbox, error) 
 	if hostname == "" {
 		hostname = sb.ID
 	}
-	info, err = m.snapper.RestoreMemory(ctx, m.criu, runtime.Spec{
+	info, err = m.snapper.RestoreMemory(ctx, h, runtime.Spec{
 		ID: sb.ID, Hostname: hostname, Image: img,
-		Limits:        runtime.Limits{CPUs: sb.Spec.CPUs, MemoryMB: sb.Spec.MemoryMB, PIDs: sb.Spec.PIDsLimit},
+		Limits:        m.limits(sb.Spec),
 		DiskMB:        sb.Spec.DiskMB,
 		AllowInternet: sb.Spec.AllowInternetAccess,
 		FromFS:        m.snapshotFS(snap.ID),
+		UIDBase:       sb.Spec.UIDBase,
+		FromFSBase:    sb.Spec.UIDBase,
 	}, filepath.Join(m.snaps.Path(snap.ID), criuDirName))
 	if err != nil {
 		return fail(err)

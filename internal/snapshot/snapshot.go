@@ -246,6 +246,14 @@ func (s *Store) Clone(src, srcChecksum, dst string, keep func(rel string) bool) 
 		}
 		for d := filepath.Dir(to); d != p.dir && !dirs[d]; d = filepath.Dir(d) {
 			dirs[d] = true
+			// Keep the source's modes (a memory snapshot's CRIU dir is
+			// searchable by the users of the restore).
+			rel, _ := filepath.Rel(p.dir, d)
+			if st, err := os.Stat(filepath.Join(s.Path(src), rel)); err == nil {
+				if err := os.Chmod(d, st.Mode().Perm()); err != nil {
+					return 0, "", err
+				}
+			}
 		}
 		if err := os.Link(from, to); err != nil {
 			if err := copyFile(from, to); err != nil {

@@ -50,6 +50,9 @@ type Spec struct {
 	// NoAutoResume: calls that need the sandbox running answer 409 while it
 	// is suspended instead of resuming it.
 	NoAutoResume bool `json:"no_auto_resume,omitempty"`
+	// UIDBase is the first host id of the lineage's user namespace range
+	// (set when the lineage's first sandbox starts; restores keep it).
+	UIDBase uint32 `json:"uid_base,omitempty"`
 }
 
 // Event records one state change.

@@ -14,7 +14,7 @@
  * @module
  */
 /** The machine-readable error codes of the forkbox API. */
-export type ErrorCode = "invalid_argument" | "unauthenticated" | "permission_denied" | "not_found" | "conflict" | "failed_precondition" | "busy" | "too_large" | "resource_exhausted" | "timeout" | "unavailable" | "internal" | (string & {});
+export type ErrorCode = "invalid_argument" | "unauthenticated" | "permission_denied" | "not_found" | "conflict" | "failed_precondition" | "busy" | "too_large" | "resource_exhausted" | "insufficient_storage" | "timeout" | "unavailable" | "internal" | (string & {});
 /**
  * An error answer of the daemon (or a daemon that could not be reached).
  * `code` is the API's error code, `status` the HTTP status (0 when no answer
@@ -62,6 +62,12 @@ export declare class TooLargeError extends ForkboxError {
 }
 /** 429 resource_exhausted: no room (disk, sandboxes) for the call. */
 export declare class ResourceExhaustedError extends ForkboxError {
+}
+/**
+ * 507 insufficient_storage: the host could give what was asked, but not now
+ * (its free disk is reserved by other sandboxes).
+ */
+export declare class InsufficientStorageError extends ForkboxError {
 }
 /** 504 timeout: the daemon gave up waiting (a command's or a call's deadline). */
 export declare class TimeoutError extends ForkboxError {

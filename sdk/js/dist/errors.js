@@ -64,6 +64,12 @@ export class TooLargeError extends ForkboxError {
 /** 429 resource_exhausted: no room (disk, sandboxes) for the call. */
 export class ResourceExhaustedError extends ForkboxError {
 }
+/**
+ * 507 insufficient_storage: the host could give what was asked, but not now
+ * (its free disk is reserved by other sandboxes).
+ */
+export class InsufficientStorageError extends ForkboxError {
+}
 /** 504 timeout: the daemon gave up waiting (a command's or a call's deadline). */
 export class TimeoutError extends ForkboxError {
 }
@@ -89,6 +95,7 @@ const classByCode = {
     busy: BusyError,
     too_large: TooLargeError,
     resource_exhausted: ResourceExhaustedError,
+    insufficient_storage: InsufficientStorageError,
     timeout: TimeoutError,
     unavailable: UnavailableError,
     internal: InternalError,
@@ -103,6 +110,7 @@ const statusByCode = {
     busy: 409,
     too_large: 413,
     resource_exhausted: 429,
+    insufficient_storage: 507,
     timeout: 504,
     unavailable: 503,
     internal: 500,
@@ -132,6 +140,8 @@ export function codeForStatus(status) {
         case 502:
         case 503:
             return "unavailable";
+        case 507:
+            return "insufficient_storage";
     }
     return "internal";
 }

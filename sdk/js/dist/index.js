@@ -20,7 +20,7 @@
  * @module
  */
 export { ForkboxClient } from "./client.js";
-export { AuthenticationError, BusyError, codeForStatus, ConflictError, ConnectionError, errorFromResponse, FailedPreconditionError, ForkboxError, InternalError, InvalidArgumentError, NotFoundError, PermissionDeniedError, ResourceExhaustedError, TimeoutError, TooLargeError, UnavailableError, } from "./errors.js";
+export { AuthenticationError, BusyError, codeForStatus, ConflictError, ConnectionError, errorFromResponse, FailedPreconditionError, ForkboxError, InsufficientStorageError, InternalError, InvalidArgumentError, NotFoundError, PermissionDeniedError, ResourceExhaustedError, TimeoutError, TooLargeError, UnavailableError, } from "./errors.js";
 export { DEFAULT_URL, Transport, VERSION } from "./http.js";
 export { buildRecipe, DEFAULT_BASE_IMAGE, Image } from "./image.js";
 export { Files, Sandbox, } from "./sandbox.js";

@@ -25,6 +25,7 @@ export type ErrorCode =
   | "busy"
   | "too_large"
   | "resource_exhausted"
+  | "insufficient_storage"
   | "timeout"
   | "unavailable"
   | "internal"
@@ -74,6 +75,11 @@ export class BusyError extends ConflictError {}
 export class TooLargeError extends ForkboxError {}
 /** 429 resource_exhausted: no room (disk, sandboxes) for the call. */
 export class ResourceExhaustedError extends ForkboxError {}
+/**
+ * 507 insufficient_storage: the host could give what was asked, but not now
+ * (its free disk is reserved by other sandboxes).
+ */
+export class InsufficientStorageError extends ForkboxError {}
 /** 504 timeout: the daemon gave up waiting (a command's or a call's deadline). */
 export class TimeoutError extends ForkboxError {}
 /** 503 unavailable: the daemon cannot do this now or on this host. */
@@ -98,6 +104,7 @@ const classByCode: Record<string, ErrorClass> = {
   busy: BusyError,
   too_large: TooLargeError,
   resource_exhausted: ResourceExhaustedError,
+  insufficient_storage: InsufficientStorageError,
   timeout: TimeoutError,
   unavailable: UnavailableError,
   internal: InternalError,
@@ -113,6 +120,7 @@ const statusByCode: Record<string, number> = {
   busy: 409,
   too_large: 413,
   resource_exhausted: 429,
+  insufficient_storage: 507,
   timeout: 504,
   unavailable: 503,
   internal: 500,
@@ -143,6 +151,8 @@ export function codeForStatus(status: number): ErrorCode {
     case 502:
     case 503:
       return "unavailable";
+    case 507:
+      return "insufficient_storage";
   }
   return "internal";
 }

@@ -30,6 +30,7 @@ export {
   errorFromResponse,
   FailedPreconditionError,
   ForkboxError,
+  InsufficientStorageError,
   InternalError,
   InvalidArgumentError,
   NotFoundError,

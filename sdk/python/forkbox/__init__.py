@@ -25,7 +25,8 @@ from ._client import DEFAULT_URL, Client  # noqa: E402
 from .aio import AsyncFiles, AsyncSandbox, AsyncSnapshot, build_image  # noqa: E402
 from .chat import ChatResponse, chat  # noqa: E402
 from .errors import (AuthenticationError, BusyError, CellTimeoutError, ConflictError, ConnectionFailedError,  # noqa: E402
-                     FailedPreconditionError, ForkboxError, InternalError, InvalidArgumentError, KernelDiedError,
+                     FailedPreconditionError, ForkboxError, InsufficientStorageError, InternalError,
+                     InvalidArgumentError, KernelDiedError,
                      NotFoundError, PermissionDeniedError, ResourceExhaustedError, SandboxTimeoutError,
                      TooLargeError, UnavailableError)
 from .image import BuildEvent, Image  # noqa: E402
@@ -40,6 +41,6 @@ __all__ = [
     "CommandResult", "Execution", "Result", "Logs", "ExecutionError", "SandboxInfo", "FileInfo", "WriteInfo",
     "ImageInfo", "CodeContext", "Pool", "create_pool", "list_pools", "delete_pool", "chat", "ChatResponse",
     "ForkboxError", "InvalidArgumentError", "AuthenticationError", "PermissionDeniedError", "NotFoundError",
-    "ConflictError", "FailedPreconditionError", "BusyError", "TooLargeError", "ResourceExhaustedError", "SandboxTimeoutError",
+    "ConflictError", "FailedPreconditionError", "BusyError", "InsufficientStorageError", "TooLargeError", "ResourceExhaustedError", "SandboxTimeoutError",
     "UnavailableError", "InternalError", "ConnectionFailedError", "CellTimeoutError", "KernelDiedError",
 ]

@@ -120,6 +120,13 @@ class ResourceExhaustedError(ForkboxError):
     default_code, default_status = "resource_exhausted", 429
 
 
+class InsufficientStorageError(ForkboxError):
+    """507: the host could give what was asked, but not now (its free disk is
+    reserved by other sandboxes); deleting some, or asking for less, helps."""
+
+    default_code, default_status = "insufficient_storage", 507
+
+
 class SandboxTimeoutError(ForkboxError):
     """504: an operation ran out of time (and the base of
     :class:`CellTimeoutError`)."""
@@ -182,6 +189,7 @@ _BY_CODE: Dict[str, Type[ForkboxError]] = {
     "busy": BusyError,
     "too_large": TooLargeError,
     "resource_exhausted": ResourceExhaustedError,
+    "insufficient_storage": InsufficientStorageError,
     "timeout": SandboxTimeoutError,
     "unavailable": UnavailableError,
     "internal": InternalError,
@@ -196,6 +204,7 @@ _CODE_FOR_STATUS = {
     413: "too_large",
     429: "resource_exhausted",
     503: "unavailable",
+    507: "insufficient_storage",
     504: "timeout",
 }
 
@@ -209,6 +218,7 @@ _STATUS_FOR_CODE = {
     "busy": 409,
     "too_large": 413,
     "resource_exhausted": 429,
+    "insufficient_storage": 507,
     "timeout": 504,
     "unavailable": 503,
     "internal": 500,

@@ -1,4 +1,10 @@
-package runtime
+// Package sandboxinit is a sandbox's first process (`__sandbox-init`): it
+// starts in the sandbox's new namespaces (user namespace included, mapped to
+// the sandbox's id range), builds the sandbox's root from what the daemon
+// prepared, pivots into it and execs the agent. It is sandbox-side code: the
+// agent binary links it, and it imports nothing of the daemon (the daemon's
+// runtime imports it for the types of the config it sends).
+package sandboxinit
 
 import (
 	"encoding/json"
@@ -7,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
+	"strconv"
 	"time"
 
 	"github.com/forkbox/forkbox/internal/agent"
@@ -14,29 +21,74 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// initConfig is what the daemon sends to the sandbox's first process over fd 3.
-type initConfig struct {
-	RootFS   string     `json:"rootfs"`
-	Hostname string     `json:"hostname"`
-	Binary   string     `json:"binary"`  // host path of the forkbox binary
-	RunDir   string     `json:"run_dir"` // host path bound at AgentRunDir
-	Binds    []initBind `json:"binds"`
+// UserLimits are the sandbox's user namespace limits (/proc/sys/user/*).
+// Inotify instances and watches made in a sandbox also count against the
+// host's per-user limits of root (the user namespace's owner), so each
+// sandbox gets a bounded share and the daemon raises the host's limits
+// (raiseHostLimits) so that one sandbox at its ceiling leaves the rest for
+// the host and the others. Sandbox code may create no namespaces (seccomp
+// refuses it too); the init itself makes one cgroup namespace after this.
+var UserLimits = map[string]string{
+	"max_inotify_instances": strconv.Itoa(InotifyInstances),
+	"max_inotify_watches":   strconv.Itoa(InotifyWatches),
+	"max_fanotify_groups":   "0",
+	"max_fanotify_marks":    "0",
+	"max_user_namespaces":   "0",
+	"max_mnt_namespaces":    "0",
+	"max_pid_namespaces":    "0",
+	"max_net_namespaces":    "0",
+	"max_ipc_namespaces":    "0",
+	"max_uts_namespaces":    "0",
+	"max_time_namespaces":   "0",
 }
 
-type initBind struct {
+// Each sandbox's share of inotify.
+const (
+	InotifyInstances = 128
+	InotifyWatches   = 65536
+)
+
+// setUserLimits writes UserLimits for the caller's user namespace (user
+// sysctls are per user namespace: /proc/sys/user shows the reader's).
+func setUserLimits() error {
+	for name, v := range UserLimits {
+		p := "/proc/sys/user/" + name
+		if _, err := os.Stat(p); err != nil {
+			continue // a kernel without this one
+		}
+		if err := os.WriteFile(p, []byte(v), 0); err != nil {
+			return fmt.Errorf("user namespace limit %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// Config is what the daemon sends to the sandbox's first process over fd 3.
+type Config struct {
+	RootFS   string `json:"rootfs"`
+	Hostname string `json:"hostname"`
+	Binary   string `json:"binary"`  // host path of the forkbox binary
+	RunDir   string `json:"run_dir"` // host path bound at AgentRunDir
+	Binds    []Bind `json:"binds"`
+	// NoFile is the sandbox's RLIMIT_NOFILE (soft and hard), which every
+	// process of the sandbox inherits; 0 keeps the daemon's.
+	NoFile int64 `json:"nofile,omitempty"`
+}
+
+type Bind struct {
 	Source   string `json:"source"`
 	Target   string `json:"target"`
 	ReadOnly bool   `json:"read_only"`
 }
 
-// InitMain is the first process of a sandbox (`forkbox __sandbox-init`). It
+// Main is the first process of a sandbox (`forkbox __sandbox-init`). It
 // starts in the sandbox's new namespaces but still sees the host's mounts. It
 // waits for the daemon to place it in its cgroup and set up its network (the
 // config arriving on fd 3 is the signal), builds the sandbox's root, pivots
 // into it, enters a fresh cgroup namespace and execs the agent from inside
 // the sandbox, which then runs as PID 1. Errors go to fd 4, which the agent
 // later uses to say it is ready.
-func InitMain() {
+func Main() {
 	status := os.NewFile(4, "status")
 	fail := func(err error) {
 		fmt.Fprintf(status, "error: %v\n", err)
@@ -45,7 +97,7 @@ func InitMain() {
 	trace := func(step string) { fmt.Fprintf(status, "trace: %s %d\n", step, time.Now().UnixMicro()) }
 	trace("init-start")
 	cfgFile := os.NewFile(3, "config")
-	var cfg initConfig
+	var cfg Config
 	if err := json.NewDecoder(cfgFile).Decode(&cfg); err != nil {
 		fail(fmt.Errorf("read init config: %w", err))
 	}
@@ -54,12 +106,28 @@ func InitMain() {
 	// Namespace changes below are per thread until exec: keep this goroutine
 	// on this thread for good.
 	goruntime.LockOSThread()
+	// The sandbox's own user namespace limits (inotify, new namespaces),
+	// written while the init still has its capabilities there and sees a
+	// writable /proc/sys: the agent drops CAP_SYS_RESOURCE, so nothing in
+	// the sandbox can raise them again.
+	if err := setUserLimits(); err != nil {
+		fail(err)
+	}
 	if err := setupRoot(&cfg); err != nil {
 		fail(err)
 	}
 	trace("init-root")
 	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
 		fail(fmt.Errorf("unshare cgroup namespace: %w", err))
+	}
+	// The open-file limit that keeps the sandbox within its share of the
+	// host's file table: lowering needs no privilege, and nothing in the
+	// sandbox can raise it again.
+	if cfg.NoFile > 0 {
+		lim := &unix.Rlimit{Cur: uint64(cfg.NoFile), Max: uint64(cfg.NoFile)}
+		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, lim); err != nil {
+			fail(fmt.Errorf("open-file limit: %w", err))
+		}
 	}
 	// Only stdio and the status pipe go on to the agent: a descriptor the
 	// daemon leaked would point outside the sandbox (and CRIU refuses to
@@ -112,7 +180,7 @@ func ensureTarget(src, dst string) error {
 	return f.Close()
 }
 
-func setupRoot(cfg *initConfig) error {
+func setupRoot(cfg *Config) error {
 	if err := mountf("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return err
 	}
@@ -154,12 +222,8 @@ func setupRoot(cfg *initConfig) error {
 	if err := setupDev(p("dev")); err != nil {
 		return err
 	}
-	for _, masked := range []string{"proc/kcore", "proc/keys", "proc/timer_list", "proc/sched_debug"} {
-		if _, err := os.Stat(p(masked)); err == nil {
-			if err := mountf(p("dev/null"), p(masked), "", unix.MS_BIND, ""); err != nil {
-				return err
-			}
-		}
+	if err := maskHostDetails(p); err != nil {
+		return err
 	}
 	// forkbox's own directory: a root-only tmpfs holding the agent binary
 	// (read-only bind) and the run dir shared with the daemon.
@@ -199,21 +263,61 @@ func setupRoot(cfg *initConfig) error {
 	return unix.Chdir("/")
 }
 
-// setupDev builds a minimal /dev: a tmpfs with the usual character devices,
-// a private devpts, /dev/shm and /dev/mqueue.
+// maskedFiles are host files that the sandbox reads as empty: the kernel's
+// memory and keys, its timers and scheduler internals, and what identifies
+// the host (its boot command line).
+var maskedFiles = []string{"proc/kcore", "proc/keys", "proc/timer_list", "proc/sched_debug", "proc/latency_stats",
+	"proc/cmdline", "proc/kallsyms", "proc/kmsg", "proc/vmallocinfo", "proc/iomem", "proc/ioports"}
+
+// maskedDirs are host directories the sandbox sees empty: firmware tables
+// and the machine's DMI identity (serial numbers, uuid), ACPI and SCSI
+// details.
+var maskedDirs = []string{"proc/acpi", "proc/scsi", "sys/firmware", "sys/devices/virtual/dmi", "sys/class/dmi"}
+
+// maskHostDetails hides maskedFiles behind /dev/null and maskedDirs behind
+// empty read-only tmpfs mounts; p makes a path under the new root.
+func maskHostDetails(p func(string) string) error {
+	for _, masked := range maskedFiles {
+		if _, err := os.Stat(p(masked)); err == nil {
+			if err := mountf(p("dev/null"), p(masked), "", unix.MS_BIND, ""); err != nil {
+				return err
+			}
+		}
+	}
+	for _, masked := range maskedDirs {
+		st, err := os.Lstat(p(masked))
+		if err != nil || !st.IsDir() {
+			continue
+		}
+		if err := mountf("tmpfs", p(masked), "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=0,mode=0555"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// HostDevices are the device nodes a sandbox gets, bound from the host's
+// /dev: a user namespace may not make device nodes, and binding the host's
+// keeps them the real ones. The devices cgroup allows exactly these (plus
+// the sandbox's own ptys).
+var HostDevices = []string{"null", "zero", "full", "random", "urandom", "tty"}
+
+// setupDev builds a minimal /dev: a tmpfs (nodev: no node on it works) with
+// the host's device nodes of HostDevices bound onto files, a private devpts
+// for ptys, /dev/shm and /dev/mqueue.
 func setupDev(dev string) error {
-	const nsd = unix.MS_NOSUID
-	if err := mountf("tmpfs", dev, "tmpfs", nsd|unix.MS_STRICTATIME, "mode=755,size=65536k"); err != nil {
+	if err := mountf("tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC|unix.MS_STRICTATIME, "mode=755,size=65536k"); err != nil {
 		return err
 	}
 	old := unix.Umask(0)
 	defer unix.Umask(old)
-	for _, d := range []struct {
-		name         string
-		major, minor uint32
-	}{{"null", 1, 3}, {"zero", 1, 5}, {"full", 1, 7}, {"random", 1, 8}, {"urandom", 1, 9}, {"tty", 5, 0}} {
-		if err := unix.Mknod(filepath.Join(dev, d.name), unix.S_IFCHR|0o666, int(unix.Mkdev(d.major, d.minor))); err != nil {
-			return fmt.Errorf("mknod %s: %w", d.name, err)
+	for _, d := range HostDevices {
+		dst := filepath.Join(dev, d)
+		if err := os.WriteFile(dst, nil, 0o666); err != nil {
+			return err
+		}
+		if err := mountf("/dev/"+d, dst, "", unix.MS_BIND, ""); err != nil {
+			return err
 		}
 	}
 	for _, d := range []string{"pts", "shm", "mqueue"} {
