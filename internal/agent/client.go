@@ -182,7 +182,7 @@ func postStream[T any](ctx context.Context, c *Client, path string, req any, wha
 		return err
 	}
 	defer resp.Body.Close()
-	dec := json.NewDecoder(lineReader(resp.Body))
+	dec := json.NewDecoder(lineReader(&boundedLines{r: resp.Body, max: maxAnswerLine}))
 	for {
 		var ev T
 		if err := dec.Decode(&ev); err != nil {
@@ -260,4 +260,30 @@ func (c *Client) ListFiles(ctx context.Context, path string) (string, []FileEntr
 		return "", nil, fmt.Errorf("decode list answer: %w", err)
 	}
 	return out.Path, out.Entries, nil
+}
+
+// maxAnswerLine bounds one line of an agent's streamed answer (a final
+// execution with its logs and results): the agent is the sandbox's, and an
+// answer without end would otherwise grow in the daemon's memory.
+const maxAnswerLine = 64 << 20
+
+// boundedLines reads r and fails once a line grows past max bytes.
+type boundedLines struct {
+	r    io.Reader
+	max  int
+	line int // bytes since the last newline
+}
+
+func (b *boundedLines) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	for _, c := range p[:n] {
+		if c == '\n' {
+			b.line = 0
+			continue
+		}
+		if b.line++; b.line > b.max {
+			return 0, errdefs.ResourceExhausted("the sandbox's answer has a line longer than %d MiB; refused", b.max>>20)
+		}
+	}
+	return n, err
 }

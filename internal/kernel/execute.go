@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 )
 
 // Execute runs code as one cell and returns its execution (SPEC §4). Calls
@@ -162,7 +163,31 @@ type cell struct {
 	replied  bool     // execute_reply arrived
 	idle     bool     // status idle arrived on iopub
 	reply    json.RawMessage
-	deadline bool // interrupted because ctx's deadline passed
+	deadline bool   // interrupted because ctx's deadline passed
+	logged   [2]int // bytes of stdout and stderr kept in ex.Logs
+}
+
+// maxLogBytes bounds what a cell's logs keep of each stream: a cell that
+// prints without end would otherwise hold it all in the agent and send it
+// all to the daemon in its answer. Events still carry everything as it
+// comes (an event stream shows all of it); the rest is noted once.
+const maxLogBytes = 4 << 20
+
+// maxEventText bounds the text of one stdout or stderr event.
+const maxEventText = 1 << 20
+
+// keepLog appends text to a stream's log within maxLogBytes.
+func (c *cell) keepLog(log *[]string, i int, text string) {
+	switch {
+	case c.logged[i] > maxLogBytes:
+		return
+	case c.logged[i]+len(text) > maxLogBytes:
+		*log = append(*log, "\n[forkbox: output beyond 4 MiB was dropped from this result; stream the cell to see all of it]\n")
+		c.logged[i] = maxLogBytes + 1
+		return
+	}
+	*log = append(*log, text)
+	c.logged[i] += len(text)
 }
 
 func (c *cell) emit(e Event) {
@@ -208,13 +233,26 @@ func (c *cell) handle(m *message) {
 		c.output()
 		switch s.Name {
 		case "stdout":
-			c.ex.Logs.Stdout = append(c.ex.Logs.Stdout, s.Text)
+			c.keepLog(&c.ex.Logs.Stdout, 0, s.Text)
 		case "stderr":
-			c.ex.Logs.Stderr = append(c.ex.Logs.Stderr, s.Text)
+			c.keepLog(&c.ex.Logs.Stderr, 1, s.Text)
 		default:
 			return
 		}
-		c.emit(Event{Type: s.Name, Text: s.Text})
+		// A kernel may send a stream's output as one message of any size;
+		// events go out in pieces of at most maxEventText, cut between
+		// characters, so that no line of the agent's answer grows with it.
+		for text := s.Text; text != ""; {
+			n := min(len(text), maxEventText)
+			for n < len(text) && n > 0 && !utf8.RuneStart(text[n]) {
+				n--
+			}
+			if n == 0 {
+				n = min(len(text), maxEventText)
+			}
+			c.emit(Event{Type: s.Name, Text: text[:n]})
+			text = text[n:]
+		}
 	case "display_data", "execute_result", "update_display_data":
 		var d struct {
 			Data      map[string]json.RawMessage `json:"data"`

@@ -129,7 +129,7 @@ func (m *Manager) reapOnce(ctx context.Context) {
 		if l.pooled {
 			idle = false
 		}
-		startSuspend := idle && named && canSuspend && !l.suspending && !expired
+		startSuspend := idle && named && canSuspend && !l.suspending && !expired && !now.Before(l.nextSuspend)
 		if startSuspend {
 			l.suspending = true
 		}
@@ -144,12 +144,24 @@ func (m *Manager) reapOnce(ctx context.Context) {
 			go func(l *live) {
 				var err error
 				defer recoverTo(m.log, &err, "idle suspend")
-				if _, err = m.Suspend(context.Background(), l.id, reasonIdle); err != nil && !errors.Is(err, errdefs.ErrBusy) {
-					m.log.Error("suspend idle sandbox", "sandbox", l.id, "err", err)
-				}
+				_, err = m.Suspend(context.Background(), l.id, reasonIdle)
 				l.mu.Lock()
 				l.suspending = false
+				failed := err != nil && !errors.Is(err, errdefs.ErrBusy)
+				if failed {
+					// A sandbox that cannot be dumped (CRIU refuses some
+					// states) would otherwise be frozen and dumped again
+					// twice a second: wait, longer each time.
+					l.suspendBackoff = min(max(2*l.suspendBackoff, time.Minute), time.Hour)
+					l.nextSuspend = m.now().Add(l.suspendBackoff)
+				} else if err == nil {
+					l.suspendBackoff, l.nextSuspend = 0, time.Time{}
+				}
+				backoff := l.suspendBackoff
 				l.mu.Unlock()
+				if failed {
+					m.log.Error("suspend idle sandbox", "sandbox", l.id, "retry_in", backoff, "err", err)
+				}
 			}(l)
 		}
 	}

@@ -107,13 +107,16 @@ type live struct {
 	deadline time.Time // max lifetime; zero: none
 	// gate is held shared by every call and exclusively by a memory
 	// checkpoint or suspend, which need no connection into the sandbox open.
-	gate        *gate
-	suspending  bool // an idle suspend is under way (reaper goroutine only)
-	pooled      bool // ready in a warm pool: never idle-reaped
-	mu          sync.Mutex
-	inflight    int
-	lastActive  time.Time
-	persistedAt time.Time
+	gate       *gate
+	suspending bool // an idle suspend is under way (reaper goroutine only)
+	// nextSuspend: an idle suspend failed; the next waits until then.
+	nextSuspend    time.Time
+	suspendBackoff time.Duration
+	pooled         bool // ready in a warm pool: never idle-reaped
+	mu             sync.Mutex
+	inflight       int
+	lastActive     time.Time
+	persistedAt    time.Time
 }
 
 func (l *live) touch(now time.Time) {
@@ -802,7 +805,7 @@ func (m *Manager) Exec(ctx context.Context, ref string, req *api.ExecRequest, op
 	}
 	defer release()
 	before := m.rt.Usage(l.id).OOMKills
-	var out, errb strings.Builder
+	var out, errb cappedBuffer
 	start := time.Now()
 	st, err := l.agent.Exec(ctx, areq, func(ev agent.ExecEvent) {
 		switch ev.Stream {
@@ -810,13 +813,13 @@ func (m *Manager) Exec(ctx context.Context, ref string, req *api.ExecRequest, op
 			if opts.OnStdout != nil {
 				opts.OnStdout(ev.Data)
 			} else {
-				out.Write(ev.Data)
+				out.write(ev.Data)
 			}
 		case "stderr":
 			if opts.OnStderr != nil {
 				opts.OnStderr(ev.Data)
 			} else {
-				errb.Write(ev.Data)
+				errb.write(ev.Data)
 			}
 		}
 	})
@@ -902,4 +905,34 @@ func (m *Manager) ListFiles(ctx context.Context, ref, path string) (*api.FileLis
 		out.Entries = append(out.Entries, api.FileInfo{Name: e.Name, Path: e.Path, Type: e.Type, Size: e.Size, Mode: e.Mode, ModifiedAt: e.ModTime})
 	}
 	return out, nil
+}
+
+// maxExecOutput bounds what an exec answered as one JSON object keeps of
+// each stream: the daemon would otherwise hold a command's output without
+// end (an event stream passes everything through instead).
+const maxExecOutput = 4 << 20
+
+// cappedBuffer keeps the first maxExecOutput bytes written to it, then notes
+// that the rest was dropped.
+type cappedBuffer struct {
+	b       strings.Builder
+	dropped bool
+}
+
+func (c *cappedBuffer) write(p []byte) {
+	if room := maxExecOutput - c.b.Len(); len(p) > room {
+		if !c.dropped {
+			c.b.Write(p[:max(room, 0)])
+			c.dropped = true
+		}
+		return
+	}
+	c.b.Write(p)
+}
+
+func (c *cappedBuffer) String() string {
+	if c.dropped {
+		return c.b.String() + "\n[forkbox: output beyond 4 MiB was dropped; exec with Accept: text/event-stream to receive all of it]\n"
+	}
+	return c.b.String()
 }

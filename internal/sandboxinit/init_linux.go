@@ -63,6 +63,36 @@ func setUserLimits() error {
 	return nil
 }
 
+// budgetShare divides the per-user budgets that the kernel also charges to
+// the owner of the sandbox's user namespace (host root, who creates every
+// sandbox's): POSIX message queue bytes and queued signals. A sandbox gets
+// this fraction of the budget the daemon has, so one sandbox at its limit
+// leaves root and the other sandboxes theirs (an eighth of the host's
+// default 800 KiB of queues still holds one default-sized queue, 80 KiB);
+// the limits are lowered (which
+// needs no privilege) and nothing in the sandbox can raise them again.
+const budgetShare = 8
+
+// shareUserBudgets lowers RLIMIT_MSGQUEUE and RLIMIT_SIGPENDING to a
+// budgetShare-th of what the init inherited.
+func shareUserBudgets() error {
+	for _, res := range []int{unix.RLIMIT_MSGQUEUE, unix.RLIMIT_SIGPENDING} {
+		var lim unix.Rlimit
+		if err := unix.Getrlimit(res, &lim); err != nil {
+			return err
+		}
+		n := min(lim.Cur, lim.Max)
+		if n == unix.RLIM_INFINITY {
+			continue // a host without the budget: nothing to share
+		}
+		n /= budgetShare
+		if err := unix.Setrlimit(res, &unix.Rlimit{Cur: n, Max: n}); err != nil {
+			return fmt.Errorf("limit %d: %w", res, err)
+		}
+	}
+	return nil
+}
+
 // Config is what the daemon sends to the sandbox's first process over fd 3.
 type Config struct {
 	RootFS   string `json:"rootfs"`
@@ -128,6 +158,9 @@ func Main() {
 		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, lim); err != nil {
 			fail(fmt.Errorf("open-file limit: %w", err))
 		}
+	}
+	if err := shareUserBudgets(); err != nil {
+		fail(err)
 	}
 	// Only stdio and the status pipe go on to the agent: a descriptor the
 	// daemon leaked would point outside the sandbox (and CRIU refuses to
