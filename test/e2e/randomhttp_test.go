@@ -1308,6 +1308,12 @@ func (run *rhRun) do(req *rhRequest) {
 		return
 	}
 	run.count(req.route, resp.StatusCode)
+	if err != nil && run.cutBecauseGone(req, resp) {
+		// A download whose sandbox was deleted or suspended by another
+		// request while it streamed is cut on purpose: a client must not
+		// take a truncated file for a whole one.
+		return
+	}
 	if err != nil {
 		if ctx.Err() != nil || errors.Is(err, os.ErrDeadlineExceeded) {
 			run.fail("hang: the answer (%d) did not end within %s\n  request: %s", resp.StatusCode, rhRequestTimeout, req)
@@ -1318,6 +1324,27 @@ func (run *rhRun) do(req *rhRequest) {
 		return
 	}
 	run.check(req, resp, kept, elapsed)
+}
+
+// cutBecauseGone reports whether req was a file download (a 200 whose body
+// streams from the sandbox) of a sandbox that is no longer running.
+func (run *rhRun) cutBecauseGone(req *rhRequest, resp *http.Response) bool {
+	if req.method != "GET" || req.route.pattern != "/v1/sandboxes/{sandbox}/files" || resp.StatusCode != 200 {
+		return false
+	}
+	u, err := url.Parse(req.uri)
+	if err != nil {
+		return false
+	}
+	parts := strings.Split(strings.TrimPrefix(u.EscapedPath(), "/v1/sandboxes/"), "/")
+	ref, err := url.PathUnescape(parts[0])
+	if err != nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sb, err := run.d.c.GetSandbox(ctx, ref)
+	return err == nil && sb.State != api.StateRunning
 }
 
 // rhRoundTrip sends hreq on a connection of its own and reads the answer
