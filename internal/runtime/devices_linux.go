@@ -92,9 +92,10 @@ func deviceRules() []*devconfig.Rule {
 	return rules
 }
 
-// applyDeviceRules restricts a sandbox's devices in every cgroup hierarchy
-// that can: the v1 devices controller (paths["devices"]) and the cgroup2
-// directory (paths["unified"]), with the map the cgroups type keeps. Call it
+// applyDeviceRules restricts a sandbox's devices: with the v1 devices
+// controller where the host has it (paths["devices"]), else with a BPF
+// program on the cgroup2 directory (paths["unified"]), with the map the
+// cgroups type keeps. Call it
 // after the directories exist and before the sandbox's first process joins
 // them. It is idempotent: calling it again on a sandbox that already has the
 // rules (a daemon adopting it after a restart) changes nothing and stacks
@@ -106,15 +107,14 @@ func applyDeviceRules(paths map[string]string) error {
 	if !hasV1 && !hasV2 {
 		return errors.New("no devices cgroup and no cgroup2 directory: cannot restrict the sandbox's devices")
 	}
+	// The v1 controller alone enforces the list where it exists (a hybrid
+	// host): the BPF program, whose load costs milliseconds per create, is
+	// for hosts without it (pure cgroup v2).
 	if hasV1 {
-		if err := setupDevicesV1(v1); err != nil {
-			return err
-		}
+		return setupDevicesV1(v1)
 	}
 	if hasV2 {
-		if err := attachDeviceFilter(v2); err != nil {
-			return err
-		}
+		return attachDeviceFilter(v2)
 	}
 	return nil
 }

@@ -173,6 +173,7 @@ func (r *Runtime) Create(ctx context.Context, spec Spec) (info *Info, err error)
 	var undo cleanup
 	var initProcess *os.Process
 	ok := false // set just before the one successful return
+	defer r.refillInits()
 	defer func() {
 		// On every other way out, a panic included, undo what was done:
 		// the init first, whose copies of the sandbox's mounts would keep
@@ -349,7 +350,9 @@ func (r *Runtime) takeInit(base uint32) (*initProc, error) {
 	if base != 0 {
 		return r.startInit(base)
 	}
-	defer r.refillInits()
+	// The pool refills once the create is done (Create calls refillInits
+	// on its way out): starting an init costs a process start's CPU, which
+	// would otherwise compete with this create's own steps.
 	select {
 	case z := <-r.inits:
 		// One that died meanwhile (killed from outside) is replaced.
@@ -594,13 +597,9 @@ func (r *Runtime) prepareRoot(ctx context.Context, spec Spec, info *Info, userns
 	}); err != nil {
 		return "", "", nil, fmt.Errorf("mount overlay root: %w", err)
 	}
-	// The overlay holds private clones of its layers: the attached ones
-	// are no longer needed.
-	for i := range lowers {
-		if err := unix.Unmount(filepath.Join(dir, "lower", strconv.Itoa(i)), unix.MNT_DETACH); err != nil {
-			return "", "", nil, fmt.Errorf("detach layer clone: %w", err)
-		}
-	}
+	// The layer clones stay attached until Destroy: the overlay holds
+	// private clones of its own, but unmounting them here would put an RCU
+	// grace period per layer on the create path.
 
 	// The image's read-only host binds (the host image's /usr), idmapped
 	// too so that their files show their real owners inside.
