@@ -157,5 +157,11 @@ func internalCmds() []*cobra.Command {
 			Args:   cobra.NoArgs,
 			Run:    func(*cobra.Command, []string) { sandboxinit.Main() },
 		},
+		{
+			Use:                sandboxinit.SpawnRole,
+			Hidden:             true,
+			DisableFlagParsing: true,
+			Run:                func(_ *cobra.Command, args []string) { sandboxinit.Spawn(args) },
+		},
 	}
 }

@@ -182,7 +182,7 @@ func postStream[T any](ctx context.Context, c *Client, path string, req any, wha
 		return err
 	}
 	defer resp.Body.Close()
-	dec := json.NewDecoder(lineReader(&boundedLines{r: resp.Body, max: maxAnswerLine}))
+	dec := json.NewDecoder(&boundedLines{r: resp.Body, max: maxAnswerLine})
 	for {
 		var ev T
 		if err := dec.Decode(&ev); err != nil {

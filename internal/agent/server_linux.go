@@ -1,11 +1,9 @@
 package agent
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -394,8 +392,6 @@ func (s *server) runCommand(r *http.Request, req *ExecRequest, env []string, cwd
 	return st
 }
 
-// lineReader is used by the client to split the NDJSON stream.
-func lineReader(r io.Reader) *bufio.Reader { return bufio.NewReaderSize(r, 64<<10) }
 
 // appendFile is a log destination that opens, appends and closes on every
 // write, so the agent holds no file open outside the sandbox's own tree (a

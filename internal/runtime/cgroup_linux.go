@@ -279,6 +279,18 @@ func keyed(path, key string) int64 {
 }
 
 // stats reads current usage.
+// oomKills is how many of the group's processes the kernel killed for
+// memory (the one figure an exec checks, before and after).
+func (cg *cgroups) oomKills() int64 {
+	if cg.v2 {
+		return keyed(filepath.Join(cg.paths["unified"], "memory.events"), "oom_kill")
+	}
+	if d, ok := cg.paths["memory"]; ok {
+		return keyed(filepath.Join(d, "memory.oom_control"), "oom_kill")
+	}
+	return 0
+}
+
 func (cg *cgroups) stats() Usage {
 	var u Usage
 	if cg.v2 {
@@ -287,14 +299,14 @@ func (cg *cgroups) stats() Usage {
 		u.MemoryPeakBytes = readInt(filepath.Join(d, "memory.peak"))
 		u.CPUSeconds = float64(keyed(filepath.Join(d, "cpu.stat"), "usage_usec")) / 1e6
 		u.PIDs = readInt(filepath.Join(d, "pids.current"))
-		u.OOMKills = keyed(filepath.Join(d, "memory.events"), "oom_kill")
+		u.OOMKills = cg.oomKills()
 		return u
 	}
 	if d, ok := cg.paths["memory"]; ok {
 		u.MemoryBytes = readInt(filepath.Join(d, "memory.usage_in_bytes"))
 		u.MemoryPeakBytes = readInt(filepath.Join(d, "memory.max_usage_in_bytes"))
-		u.OOMKills = keyed(filepath.Join(d, "memory.oom_control"), "oom_kill")
 	}
+	u.OOMKills = cg.oomKills()
 	if d, ok := cg.paths["cpuacct"]; ok {
 		u.CPUSeconds = float64(readInt(filepath.Join(d, "cpuacct.usage"))) / 1e9
 	}

@@ -11,7 +11,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -70,6 +69,8 @@ type Runtime struct {
 	// of this daemon's, which new sandboxes run (see agents_linux.go).
 	agents   *agentStore
 	agentBin string
+	// spawner starts inits in new user namespaces (spawn_linux.go).
+	spawner *spawner
 }
 
 // New checks the host and returns a Runtime.
@@ -119,7 +120,7 @@ func New(cfg Config) (*Runtime, error) {
 	}
 	r := &Runtime{cfg: cfg, dir: dir, execRoot: execRoot, disks: &diskCache{dir: cfg.CacheDir}, log: cfg.Logger,
 		destroyed: map[string]bool{}, inits: make(chan *initProc, initPoolSize), criuAction: action,
-		agents: agents, agentBin: agentBin}
+		agents: agents, agentBin: agentBin, spawner: &spawner{bin: agentBin}}
 	r.refillInits()
 	return r, nil
 }
@@ -196,14 +197,14 @@ func (r *Runtime) Create(ctx context.Context, spec Spec) (info *Info, err error)
 	if err != nil {
 		return nil, err
 	}
-	cmd, cfgW, statR := z.cmd, z.cfgW, z.statR
+	cfgW, statR := z.cfgW, z.statR
 	defer cfgW.Close()
 	defer statR.Close()
-	initProcess = cmd.Process
+	initProcess = z.proc
 	undo.add(func() error { r.cfg.IDs.Unpin(z.base); return nil })
 	info.UIDBase = z.base
 	step("start")
-	pid := cmd.Process.Pid
+	pid := z.proc.Pid
 	info.PID = pid
 	if info.PIDStart, err = pidStartTime(pid); err != nil {
 		return nil, err
@@ -273,8 +274,7 @@ func (r *Runtime) Create(ctx context.Context, spec Spec) (info *Info, err error)
 	step("ready")
 	protectAgent(info.PID, r.log)
 	go r.reap(spec.ID, func() string {
-		err := cmd.Wait()
-		return exitReason(err)
+		return exitReason(z.proc.Wait())
 	})
 	ok = true
 	return info, nil
@@ -284,10 +284,10 @@ func (r *Runtime) Create(ctx context.Context, spec Spec) (info *Info, err error)
 // fresh namespaces, blocked reading its config, having paid the Go runtime's
 // start (~20 ms for this binary) already.
 type initProc struct {
-	cmd   *exec.Cmd
-	cfgW  *os.File // its fd 3
-	statR *os.File // its fd 4
-	base  uint32   // its user namespace's id range (pinned while it lives)
+	proc  *os.Process // the daemon's child
+	cfgW  *os.File    // its fd 3
+	statR *os.File    // its fd 4
+	base  uint32      // its user namespace's id range (pinned while it lives)
 }
 
 // initPoolSize is how many started init processes the runtime keeps ready.
@@ -318,28 +318,15 @@ func (r *Runtime) startInit(base uint32) (z *initProc, err error) {
 		cfgW.Close()
 		return nil, err
 	}
-	cmd := exec.Command(r.agentBin, "__sandbox-init")
-	cmd.ExtraFiles = []*os.File{cfgR, statW}
-	// The user namespace comes with the others, so that it owns them: its
-	// root (host id base) may mount proc, sysfs and devpts for its own
-	// sandbox and nothing else. Credential makes the init uid 0 inside (host
-	// id base) before it execs, so it never runs as host root in there.
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET |
-			syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
-		UidMappings: idMappings(base), GidMappings: idMappings(base), GidMappingsEnableSetgroups: true,
-		Credential: &syscall.Credential{Uid: 0, Gid: 0},
-		Setsid:     true,
-	}
-	err = cmd.Start()
+	proc, err := r.spawner.spawn(base, cfgR, statW)
 	cfgR.Close()
 	statW.Close()
 	if err != nil {
 		cfgW.Close()
 		statR.Close()
-		return nil, fmt.Errorf("start sandbox init: %w", err)
+		return nil, err
 	}
-	return &initProc{cmd: cmd, cfgW: cfgW, statR: statR, base: base}, nil
+	return &initProc{proc: proc, cfgW: cfgW, statR: statR, base: base}, nil
 }
 
 // takeInit hands out a ready init process, or starts one if none is ready,
@@ -356,7 +343,7 @@ func (r *Runtime) takeInit(base uint32) (*initProc, error) {
 	select {
 	case z := <-r.inits:
 		// One that died meanwhile (killed from outside) is replaced.
-		if z.cmd.ProcessState == nil && unix.Kill(z.cmd.Process.Pid, 0) == nil {
+		if z.proc.Signal(syscall.Signal(0)) == nil {
 			return z, nil
 		}
 		z.discard(r.cfg.IDs)
@@ -401,8 +388,8 @@ func (r *Runtime) refillInits() {
 func (z *initProc) discard(ids *userns.Allocator) {
 	z.cfgW.Close()
 	z.statR.Close()
-	_ = z.cmd.Process.Kill()
-	_ = z.cmd.Wait()
+	_ = z.proc.Kill()
+	_, _ = z.proc.Wait()
 	ids.Unpin(z.base)
 }
 
@@ -505,6 +492,7 @@ func (r *Runtime) Close() {
 	r.mu.Lock()
 	r.closed = true
 	r.mu.Unlock()
+	defer r.spawner.close()
 	for {
 		select {
 		case z := <-r.inits:
@@ -722,13 +710,12 @@ func waitReady(ctx context.Context, statR *os.File, trace func(string, int64)) e
 	}
 }
 
-func exitReason(err error) string {
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+func exitReason(ps *os.ProcessState, err error) string {
+	if ps != nil && !ps.Success() {
+		if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			return "sandbox init was killed (" + unix.SignalName(ws.Signal()) + ")"
 		}
-		return fmt.Sprintf("sandbox init exited with status %d", ee.ExitCode())
+		return fmt.Sprintf("sandbox init exited with status %d", ps.ExitCode())
 	}
 	if err != nil {
 		return "sandbox init: " + err.Error()
@@ -860,6 +847,13 @@ func (r *Runtime) Usage(id string) Usage {
 		u.DiskUsedBytes = int64(st.Blocks-st.Bfree) * st.Bsize
 	}
 	return u
+}
+
+// OOMKills is how many of a sandbox's processes the kernel has killed for
+// memory: Usage's OOMKills alone, for a caller that checks it around each
+// exec.
+func (r *Runtime) OOMKills(id string) int64 {
+	return newCgroups(r.cfg.CgroupParent, id).oomKills()
 }
 
 // SandboxDirs lists the sandbox directories on disk (for startup cleanup of

@@ -53,7 +53,7 @@ func (m *Manager) RunCode(ctx context.Context, ref string, req *api.RunCodeReque
 		return nil, err
 	}
 	defer release()
-	before := m.rt.Usage(l.id).OOMKills
+	before := m.rt.OOMKills(l.id)
 	start := time.Now()
 	done, err := l.agent.RunCode(ctx, areq, opts.OnEvent)
 	m.metrics.codeSeconds.Observe(time.Since(start).Seconds())
@@ -63,7 +63,7 @@ func (m *Manager) RunCode(ctx context.Context, ref string, req *api.RunCodeReque
 	exec := done.Execution
 	exec.ContextID = done.ContextID
 	exec.DurationMS = time.Since(start).Milliseconds()
-	if exec.Error != nil && exec.Error.Name == "KernelDied" && m.rt.Usage(l.id).OOMKills > before {
+	if exec.Error != nil && exec.Error.Name == "KernelDied" && m.rt.OOMKills(l.id) > before {
 		exec.Error.Value = fmt.Sprintf("the kernel ran out of memory and was killed (the sandbox's memory_mb limit was reached): %s", exec.Error.Value)
 	}
 	normalize(exec)

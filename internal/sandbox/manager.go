@@ -55,6 +55,7 @@ type Runtime interface {
 	Adopt(ctx context.Context, id string, info *runtime.Info) error
 	Destroy(ctx context.Context, id string, info *runtime.Info) error
 	Usage(id string) runtime.Usage
+	OOMKills(id string) int64
 	SandboxDirs() ([]string, error)
 }
 
@@ -804,7 +805,7 @@ func (m *Manager) Exec(ctx context.Context, ref string, req *api.ExecRequest, op
 		return nil, err
 	}
 	defer release()
-	before := m.rt.Usage(l.id).OOMKills
+	before := m.rt.OOMKills(l.id)
 	var out, errb cappedBuffer
 	start := time.Now()
 	st, err := l.agent.Exec(ctx, areq, func(ev agent.ExecEvent) {
@@ -829,7 +830,7 @@ func (m *Manager) Exec(ctx context.Context, ref string, req *api.ExecRequest, op
 	}
 	res := &api.ExecResult{Stdout: out.String(), Stderr: errb.String(), ExitCode: st.Code, DurationMS: st.DurationMS,
 		Signal: st.Signal, TimedOut: st.TimedOut, Error: st.Error}
-	if st.Signal == "SIGKILL" && !st.TimedOut && m.rt.Usage(l.id).OOMKills > before {
+	if st.Signal == "SIGKILL" && !st.TimedOut && m.rt.OOMKills(l.id) > before {
 		res.OOMKilled = true
 		res.Error = fmt.Sprintf("killed by the kernel: out of memory (the sandbox's memory_mb limit was reached)")
 	}

@@ -64,6 +64,7 @@ type Allocator struct {
 	mu     sync.Mutex
 	used   map[uint32]bool // referenced or pinned
 	pinned map[uint32]int
+	next   int // where Alloc looks first: one past the range it last handed out
 }
 
 // DefaultClaimDir is where daemons claim ranges host-wide.
@@ -145,7 +146,13 @@ func (a *Allocator) Valid(base uint32) bool {
 func (a *Allocator) Alloc() (uint32, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for i := 0; i < a.count; i++ {
+	// Next fit: ranges before the cursor were in use or claimed by another
+	// daemon a moment ago, and checking another daemon's claim costs file
+	// reads. Starting where the last one was found keeps Alloc to one claim
+	// whatever other daemons on the host hold; freed ranges come round
+	// again when the cursor wraps.
+	for n := 0; n < a.count; n++ {
+		i := (a.next + n) % a.count
 		b := a.first + uint32(i)*Size
 		if a.used[b] {
 			continue
@@ -157,6 +164,7 @@ func (a *Allocator) Alloc() (uint32, error) {
 		if ok {
 			a.used[b] = true
 			a.pinned[b]++
+			a.next = (i + 1) % a.count
 			return b, nil
 		}
 	}

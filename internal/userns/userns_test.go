@@ -107,3 +107,37 @@ func TestClaimsKeepDaemonsApart(t *testing.T) {
 		t.Fatalf("claims left: %v", ents)
 	}
 }
+
+// TestAllocNextFit: Alloc goes on from the range it last handed out, so that
+// ranges other daemons hold are checked once per lap, not on every create;
+// a freed range comes round again when the cursor wraps.
+func TestAllocNextFit(t *testing.T) {
+	claims := t.TempDir()
+	other, err := New(DefaultFirst, 4, claims, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := other.Alloc() // another live daemon's claim on range 0
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(DefaultFirst, 4, claims, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1, err := a.Alloc()
+	if err != nil || r1 != held+Size {
+		t.Fatalf("first alloc %d %v, want %d (past the other daemon's)", r1, err, held+Size)
+	}
+	a.Unpin(r1)
+	a.Sweep(nil)
+	r2, err := a.Alloc()
+	if err != nil || r2 != r1+Size {
+		t.Fatalf("after freeing %d: got %d %v, want the next one %d", r1, r2, err, r1+Size)
+	}
+	r3, _ := a.Alloc()
+	// The cursor wraps past the other daemon's range to the freed one.
+	if r4, err := a.Alloc(); err != nil || r4 != r1 {
+		t.Fatalf("after %d, %d: got %d %v, want the freed %d", r2, r3, r4, err, r1)
+	}
+}
