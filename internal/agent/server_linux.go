@@ -392,7 +392,6 @@ func (s *server) runCommand(r *http.Request, req *ExecRequest, env []string, cwd
 	return st
 }
 
-
 // appendFile is a log destination that opens, appends and closes on every
 // write, so the agent holds no file open outside the sandbox's own tree (a
 // checkpoint restores a sandbox with a new run dir).
