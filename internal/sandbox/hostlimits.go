@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -356,9 +357,12 @@ func (r diskRoom) check(diskMB int64, from string) error {
 	return nil
 }
 
-// liveStates are the states whose sandboxes hold (or will hold again) a
-// disk: a suspended sandbox gets its disk back at resume.
-var liveStates = []string{api.StateCreating, api.StateRunning, api.StateSuspending, api.StateSuspended, api.StateResuming}
+// liveStates are the states whose sandboxes hold a disk or are about to. A
+// suspended sandbox holds none (its writable layer is in its suspend image,
+// which the free space already counts): a resume asks for its disk again
+// (admitResume), so that a host keeps many more suspended sessions than it
+// could run at once.
+var liveStates = []string{api.StateCreating, api.StateRunning, api.StateSuspending, api.StateResuming}
 
 // room measures the sandboxes' filesystem, counting the promises of the
 // live sandboxes in the store and of the creates under way. The caller
@@ -402,6 +406,24 @@ func (m *Manager) admit(ctx context.Context, id string, spec store.Spec, snapsho
 	if snapshotID != "" {
 		from = "from snapshot " + snapshotID
 	}
+	return m.admitAs(ctx, id, spec, from)
+}
+
+// admitResume is admit for the resume of suspended sandbox id: its disk
+// must fit now. A resume that does not fit is insufficient_storage whatever
+// the reason (the sandbox cannot ask for less); it stays suspended.
+func (m *Manager) admitResume(ctx context.Context, id string, spec store.Spec) (release func(), err error) {
+	release, err = m.admitAs(ctx, id, spec, "to resume "+id)
+	if err != nil && !errors.Is(err, errdefs.ErrInsufficientStorage) {
+		return nil, errdefs.InsufficientStorage("%s; the sandbox stays suspended", err.Error())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w; the sandbox stays suspended: resume it again once there is room", err)
+	}
+	return release, nil
+}
+
+func (m *Manager) admitAs(ctx context.Context, id string, spec store.Spec, from string) (release func(), err error) {
 	h := m.hostLimits()
 	info, b := h.bounds()
 	all := func(string) bool { return true }

@@ -178,7 +178,8 @@ func TestDiskReservations(t *testing.T) {
 	for _, sb := range []*store.Sandbox{
 		// running, 4000 promised of which its disk holds 1000
 		{ID: "sbx_a", State: api.StateRunning, Spec: store.Spec{DiskMB: 4000}, Runtime: runtime.MarshalInfo(&runtime.Info{Dir: "/run/a"})},
-		// suspended: its whole disk comes back at resume
+		// suspended: holds no disk (its layer is in its suspend image) and
+		// promises none; its resume asks again
 		{ID: "sbx_b", State: api.StateSuspended, Spec: store.Spec{DiskMB: 2000}},
 		// gone: promises nothing
 		{ID: "sbx_c", State: api.StateTerminated, Spec: store.Spec{DiskMB: 9000}},
@@ -190,15 +191,15 @@ func TestDiskReservations(t *testing.T) {
 		}
 	}
 	// Free for one sandbox ever: 10000 + 1000 held − 1024 = 9976. Now:
-	// 10000 − 1024 − (3000 + 2000) = 3976.
+	// 10000 − 1024 − 3000 = 5976.
 	_, err = m.admit(ctx, "sbx_x", store.Spec{DiskMB: 9977}, "")
 	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "disk_mb: 9977 is more than this host has") ||
 		!strings.Contains(err.Error(), "at most 9976 for one sandbox") {
 		t.Fatalf("beyond the host: %v", err)
 	}
-	_, err = m.admit(ctx, "sbx_x", store.Spec{DiskMB: 3977}, "")
-	if !errors.Is(err, errdefs.ErrInsufficientStorage) || !strings.Contains(err.Error(), "5000 MiB promised to the disks of 2 live sandboxes") ||
-		!strings.Contains(err.Error(), "leaving 3976 MiB") {
+	_, err = m.admit(ctx, "sbx_x", store.Spec{DiskMB: 5977}, "")
+	if !errors.Is(err, errdefs.ErrInsufficientStorage) || !strings.Contains(err.Error(), "3000 MiB promised to the disks of 1 live sandboxes") ||
+		!strings.Contains(err.Error(), "leaving 5976 MiB") {
 		t.Fatalf("beyond what is free now: %v", err)
 	}
 	if status, code := errdefs.HTTPStatus(err); status != 507 || code != "insufficient_storage" {
@@ -212,19 +213,37 @@ func TestDiskReservations(t *testing.T) {
 	if err := st.Create(ctx, &store.Sandbox{ID: "sbx_x", State: api.StateCreating, Spec: store.Spec{DiskMB: 3900}, CreatedAt: now, LastActiveAt: now}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.admit(ctx, "sbx_y", store.Spec{DiskMB: 100}, ""); !errors.Is(err, errdefs.ErrInsufficientStorage) {
+	if _, err := m.admit(ctx, "sbx_y", store.Spec{DiskMB: 2077}, ""); !errors.Is(err, errdefs.ErrInsufficientStorage) {
 		t.Fatalf("after a promise of 3900: %v", err)
 	}
 	release()
 	// Its record promises it now (counted once, not twice).
-	if _, err := m.admit(ctx, "sbx_y", store.Spec{DiskMB: 77}, ""); !errors.Is(err, errdefs.ErrInsufficientStorage) {
+	if _, err := m.admit(ctx, "sbx_y", store.Spec{DiskMB: 2077}, ""); !errors.Is(err, errdefs.ErrInsufficientStorage) {
 		t.Fatalf("the record of the finished create: %v", err)
 	}
-	// Deleting the suspended sandbox frees its promise.
-	if _, err := st.Update(ctx, "sbx_b", func(s *store.Sandbox) error { s.State = api.StateTerminated; return nil }); err != nil {
+	// The suspended sandbox's resume fits in the 2076 MiB left...
+	rel, err := m.admitResume(ctx, "sbx_b", store.Spec{DiskMB: 2000})
+	if err != nil {
+		t.Fatalf("resume that fits: %v", err)
+	}
+	rel()
+	// ...but not once a create has taken 1000 of them: 507, and it says the
+	// sandbox stays suspended.
+	rel, err = m.admit(ctx, "sbx_y", store.Spec{DiskMB: 1000}, "")
+	if err != nil {
 		t.Fatal(err)
 	}
-	rel, err := m.admit(ctx, "sbx_y", store.Spec{DiskMB: 2000}, "")
+	_, err = m.admitResume(ctx, "sbx_b", store.Spec{DiskMB: 2000})
+	if !errors.Is(err, errdefs.ErrInsufficientStorage) || !strings.Contains(err.Error(), "to resume sbx_b") ||
+		!strings.Contains(err.Error(), "stays suspended") {
+		t.Fatalf("resume that does not fit now: %v", err)
+	}
+	rel()
+	// Deleting a running sandbox frees its promise.
+	if _, err := st.Update(ctx, "sbx_x", func(s *store.Sandbox) error { s.State = api.StateTerminated; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	rel, err = m.admit(ctx, "sbx_y", store.Spec{DiskMB: 5900}, "")
 	if err != nil {
 		t.Fatalf("after deleting one: %v", err)
 	}
@@ -236,11 +255,11 @@ func TestDiskReservations(t *testing.T) {
 	}
 	// A pool that does not fit now: 507; one whose snapshot cannot fit: 400.
 	m.defaults.DiskMB = 1000
-	err = m.checkPool(ctx, store.Pool{Name: "p", Image: "python", Size: 3})
-	if !errors.Is(err, errdefs.ErrInsufficientStorage) || !strings.Contains(err.Error(), "pool of 3 sandboxes") {
+	err = m.checkPool(ctx, store.Pool{Name: "p", Image: "python", Size: 6})
+	if !errors.Is(err, errdefs.ErrInsufficientStorage) || !strings.Contains(err.Error(), "pool of 6 sandboxes") {
 		t.Fatalf("pool too big for now: %v", err)
 	}
-	if err := m.checkPool(ctx, store.Pool{Name: "p", Image: "python", Size: 2}); err != nil {
+	if err := m.checkPool(ctx, store.Pool{Name: "p", Image: "python", Size: 5}); err != nil {
 		t.Fatalf("pool that fits: %v", err)
 	}
 }

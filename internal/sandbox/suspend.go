@@ -229,6 +229,11 @@ func (m *Manager) Resume(ctx context.Context, ref string) (*api.Sandbox, error) 
 	if err != nil {
 		return nil, fmt.Errorf("image: %w", err)
 	}
+	release, err := m.admitResume(ctx, sb.ID, sb.Spec)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	if _, err := m.setState(ctx, sb.ID, api.StateResuming, "", nil); err != nil {
 		return nil, err
 	}
