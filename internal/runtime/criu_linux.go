@@ -163,7 +163,7 @@ func (r *Runtime) RestoreMemory(ctx context.Context, h *criu.Host, spec Spec, cr
 	undo.add(func() error { r.cfg.IDs.Unpin(spec.UIDBase); return nil })
 	// CRIU makes the user namespace itself; the layers are idmapped with
 	// a user namespace of the same mapping, made for the purpose.
-	holder, err := newUsernsHolder(spec.UIDBase)
+	holder, err := r.newUsernsHolder(spec.UIDBase)
 	if err != nil {
 		return nil, err
 	}

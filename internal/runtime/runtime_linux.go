@@ -318,7 +318,7 @@ func (r *Runtime) startInit(base uint32) (z *initProc, err error) {
 		cfgW.Close()
 		return nil, err
 	}
-	proc, err := r.spawner.spawn(base, cfgR, statW)
+	proc, err := r.spawner.spawnInit(base, cfgR, statW)
 	cfgR.Close()
 	statW.Close()
 	if err != nil {

@@ -79,10 +79,20 @@ func (s *spawner) close() {
 	s.stop()
 }
 
-// spawn starts an init with config and status as its fd 3 and 4, in new
-// namespaces whose user namespace maps the id range at base, and returns it:
-// a child of the daemon, reachable through a pidfd.
-func (s *spawner) spawn(base uint32, config, status *os.File) (*os.Process, error) {
+// spawnInit starts an init with config and status as its fd 3 and 4, in
+// new namespaces whose user namespace maps the id range at base, and
+// returns it: a child of the daemon, reachable through a pidfd.
+func (s *spawner) spawnInit(base uint32, config, status *os.File) (*os.Process, error) {
+	return s.spawn("init", base, config, status)
+}
+
+// spawnUserns starts a sleeping process in a new user namespace mapping the
+// id range at base (a usernsHolder's).
+func (s *spawner) spawnUserns(base uint32) (*os.Process, error) {
+	return s.spawn("userns", base)
+}
+
+func (s *spawner) spawn(kind string, base uint32, files ...*os.File) (*os.Process, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -100,7 +110,7 @@ func (s *spawner) spawn(base uint32, config, status *os.File) (*os.Process, erro
 			}
 		}
 		var sent bool
-		pid, sent, err = s.request(base, config, status)
+		pid, sent, err = s.request(kind, base, files)
 		if err == nil {
 			break
 		}
@@ -118,11 +128,11 @@ func (s *spawner) spawn(base uint32, config, status *os.File) (*os.Process, erro
 	}
 	proc, err := os.FindProcess(pid) // a pidfd: signals and waits reach this process only
 	if err != nil {
-		return nil, fmt.Errorf("start sandbox init: %w", err)
+		return nil, fmt.Errorf("sandbox spawner: %w", err)
 	}
 	if ppid, err := parentPID(pid); err != nil || ppid != os.Getpid() {
 		_ = proc.Kill()
-		return nil, fmt.Errorf("start sandbox init: process %d is not the daemon's child (parent %d, %v)", pid, ppid, err)
+		return nil, fmt.Errorf("sandbox spawner: process %d is not the daemon's child (parent %d, %v)", pid, ppid, err)
 	}
 	return proc, nil
 }
@@ -135,10 +145,17 @@ func (e spawnRefused) Error() string { return "start sandbox init: " + string(e)
 
 // request sends one request and reads its answer; sent reports whether the
 // request reached the spawner.
-func (s *spawner) request(base uint32, config, status *os.File) (pid int, sent bool, err error) {
+func (s *spawner) request(kind string, base uint32, files []*os.File) (pid int, sent bool, err error) {
 	_ = s.conn.SetDeadline(time.Now().Add(spawnTimeout))
-	msg := []byte(strconv.FormatUint(uint64(base), 10) + " " + strconv.Itoa(userns.Size))
-	rights := unix.UnixRights(int(config.Fd()), int(status.Fd()))
+	msg := []byte(kind + " " + strconv.FormatUint(uint64(base), 10) + " " + strconv.Itoa(userns.Size))
+	var rights []byte
+	if len(files) > 0 {
+		fds := make([]int, len(files))
+		for i, f := range files {
+			fds[i] = int(f.Fd())
+		}
+		rights = unix.UnixRights(fds...)
+	}
 	if _, _, err := s.conn.WriteMsgUnix(msg, rights, nil); err != nil {
 		return 0, false, fmt.Errorf("sandbox spawner: %w", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,7 +75,7 @@ func TestSpawnerRefusesBadRequests(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, req := range []string{"1073741824", "x y", "1073741824 0", "4294967295 65536"} {
+	for _, req := range []string{"1073741824", "init x y", "init 1073741824 0", "init 4294967295 65536", "fork 1073741824 65536", "userns 1073741824"} {
 		_ = s.conn.SetDeadline(time.Now().Add(10 * time.Second))
 		if _, _, err := s.conn.WriteMsgUnix([]byte(req), nil, nil); err != nil {
 			t.Fatal(err)
@@ -85,8 +86,12 @@ func TestSpawnerRefusesBadRequests(t *testing.T) {
 			t.Fatalf("request %q: answer %q %v", req, buf[:n], err)
 		}
 	}
-	// One descriptor where two are needed.
-	pid, _, err := s.request(1<<30, cfgR, cfgR)
+	// A holder takes no descriptors.
+	if _, _, err := s.request("userns", 1<<30, []*os.File{cfgR}); err == nil || !strings.Contains(err.Error(), "takes no descriptors") {
+		t.Fatalf("userns request with a descriptor: %v", err)
+	}
+	// The same pipe twice where two are needed.
+	pid, _, err := s.request("init", 1<<30, []*os.File{cfgR, cfgR})
 	var refused spawnRefused
 	if err != nil && !errors.As(err, &refused) {
 		t.Fatalf("request with the same pipe twice: %v", err)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
 	"syscall"
@@ -30,35 +29,32 @@ func idMappings(base uint32) []syscall.SysProcIDMap {
 // usernsHolder is a sleeping process in a fresh user namespace with a
 // sandbox's mapping. Idmapped mounts take the mapping of a user namespace
 // (copied at mount time), so a restore, whose user namespace CRIU makes
-// later, idmaps its layers with a holder's.
+// later, idmaps its layers with a holder's. The spawner starts it (a child
+// in a new user namespace forked from the daemon would copy the daemon's
+// address space; see spawn_linux.go).
 type usernsHolder struct {
-	cmd *exec.Cmd
-	ns  *os.File
+	proc *os.Process
+	ns   *os.File
 }
 
-func newUsernsHolder(base uint32) (*usernsHolder, error) {
-	cmd := exec.Command("/bin/sleep", "3600")
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Cloneflags:  syscall.CLONE_NEWUSER,
-		UidMappings: idMappings(base), GidMappings: idMappings(base),
-		Setsid: true, Pdeathsig: syscall.SIGKILL,
-	}
-	if err := cmd.Start(); err != nil {
+func (r *Runtime) newUsernsHolder(base uint32) (*usernsHolder, error) {
+	proc, err := r.spawner.spawnUserns(base)
+	if err != nil {
 		return nil, fmt.Errorf("user namespace for id range %d: %w", base, err)
 	}
-	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", cmd.Process.Pid))
+	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", proc.Pid))
 	if err != nil {
-		cmd.Process.Kill()
-		cmd.Wait()
+		proc.Kill()
+		proc.Wait()
 		return nil, err
 	}
-	return &usernsHolder{cmd: cmd, ns: ns}, nil
+	return &usernsHolder{proc: proc, ns: ns}, nil
 }
 
 func (h *usernsHolder) close() {
 	h.ns.Close()
-	h.cmd.Process.Kill()
-	h.cmd.Wait()
+	h.proc.Kill()
+	h.proc.Wait()
 }
 
 // idmapClone attaches at dst (an existing empty dir or file) a clone of the

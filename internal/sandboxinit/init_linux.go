@@ -255,12 +255,13 @@ func setupRoot(cfg *Config) error {
 	if err := setupDev(p("dev")); err != nil {
 		return err
 	}
-	if err := maskHostDetails(p); err != nil {
+	// forkbox's own directory: a root-only tmpfs holding the agent binary
+	// (read-only bind), the run dir shared with the daemon and the empty
+	// directory that masks host directories.
+	if err := mountf("tmpfs", p(agent.Dir), "tmpfs", nsd|unix.MS_NOEXEC, "mode=0700,size=64k"); err != nil {
 		return err
 	}
-	// forkbox's own directory: a root-only tmpfs holding the agent binary
-	// (read-only bind) and the run dir shared with the daemon.
-	if err := mountf("tmpfs", p(agent.Dir), "tmpfs", nsd|unix.MS_NOEXEC, "mode=0700,size=64k"); err != nil {
+	if err := maskHostDetails(p); err != nil {
 		return err
 	}
 	bin := p(agent.Binary)
@@ -307,8 +308,14 @@ var maskedFiles = []string{"proc/kcore", "proc/keys", "proc/timer_list", "proc/s
 // details.
 var maskedDirs = []string{"proc/acpi", "proc/scsi", "sys/firmware", "sys/devices/virtual/dmi", "sys/class/dmi"}
 
+// maskDir is the empty directory bound over maskedDirs, on forkbox's tmpfs.
+var maskDir = filepath.Join(agent.Dir, "empty")[1:]
+
 // maskHostDetails hides maskedFiles behind /dev/null and maskedDirs behind
-// empty read-only tmpfs mounts; p makes a path under the new root.
+// read-only binds of one empty directory on forkbox's own tmpfs (mounted
+// first); p makes a path under the new root. Binds rather than a tmpfs each:
+// CRIU saves and restores every tmpfs's content with tar, ~20 ms apiece, and
+// binds of one tmpfs cost nothing more.
 func maskHostDetails(p func(string) string) error {
 	for _, masked := range maskedFiles {
 		if _, err := os.Stat(p(masked)); err == nil {
@@ -317,12 +324,16 @@ func maskHostDetails(p func(string) string) error {
 			}
 		}
 	}
+	empty := p(maskDir)
+	if err := os.Mkdir(empty, 0o555); err != nil {
+		return fmt.Errorf("mask dir: %w", err)
+	}
 	for _, masked := range maskedDirs {
 		st, err := os.Lstat(p(masked))
 		if err != nil || !st.IsDir() {
 			continue
 		}
-		if err := mountf("tmpfs", p(masked), "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=0,mode=0555"); err != nil {
+		if err := bindMount(empty, p(masked), true); err != nil {
 			return err
 		}
 	}

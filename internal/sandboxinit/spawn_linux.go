@@ -18,12 +18,14 @@ const SpawnRole = "__sandbox-spawn"
 
 // Spawn is the __sandbox-spawn role: `<binary> __sandbox-spawn <binary>`,
 // serving the daemon on fd 3 (a SOCK_SEQPACKET socket) until the daemon
-// closes it. Each request is "<base> <size>" with two descriptors attached,
-// an init's config pipe and its status pipe; Spawn starts `<binary>
-// __sandbox-init` with them as fd 3 and 4, in new namespaces whose user
-// namespace maps ids 0..size-1 to host ids base..base+size-1, as a child of
-// its own parent (CLONE_PARENT: the daemon), and answers "pid <n>" or
-// "error <text>".
+// closes it. A request is "init <base> <size>" with two descriptors
+// attached, an init's config pipe and its status pipe: Spawn starts
+// `<binary> __sandbox-init` with them as fd 3 and 4, in new namespaces whose
+// user namespace maps ids 0..size-1 to host ids base..base+size-1. Or it is
+// "userns <base> <size>": a sleeping process in a new user namespace of that
+// mapping alone (what a restore idmaps its layers with). Either is started
+// as a child of the spawner's own parent (CLONE_PARENT: the daemon); the
+// answer is "pid <n>" or "error <text>".
 //
 // Why a middleman: whoever starts a child in a new user namespace must
 // write the child's id maps while the child waits, so Go forks it with a
@@ -81,35 +83,49 @@ func spawnOne(binary, req string, oob []byte) string {
 }
 
 func startInit(binary, req string, files []*os.File) (int, error) {
-	if len(files) != 2 {
-		return 0, fmt.Errorf("want 2 descriptors (config and status pipes), got %d", len(files))
-	}
 	f := strings.Fields(req)
-	if len(f) != 2 {
-		return 0, fmt.Errorf("want <base> <size>, got %q", req)
+	if len(f) != 3 || (f[0] != "init" && f[0] != "userns") {
+		return 0, fmt.Errorf("want init|userns <base> <size>, got %q", req)
 	}
-	base, err1 := strconv.ParseUint(f[0], 10, 32)
-	size, err2 := strconv.ParseUint(f[1], 10, 32)
+	base, err1 := strconv.ParseUint(f[1], 10, 32)
+	size, err2 := strconv.ParseUint(f[2], 10, 32)
 	if err := errors.Join(err1, err2); err != nil || size == 0 || base+size > 1<<32 {
 		return 0, fmt.Errorf("id range %q is not a range of host ids", req)
 	}
 	ids := []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(base), Size: int(size)}}
-	cmd := exec.Command(binary, "__sandbox-init")
-	cmd.ExtraFiles = files // config on fd 3, status on fd 4
-	// The user namespace comes with the others, so that it owns them: its
-	// root (host id base) may mount proc, sysfs and devpts for its own
-	// sandbox and nothing else. Credential makes the init uid 0 inside (host
-	// id base) before it execs, so it never runs as host root in there.
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Cloneflags: syscall.CLONE_PARENT | syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID |
-			syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
-		UidMappings: ids, GidMappings: ids, GidMappingsEnableSetgroups: true,
-		Credential: &syscall.Credential{Uid: 0, Gid: 0},
-		Setsid:     true,
+	var cmd *exec.Cmd
+	if f[0] == "userns" {
+		if len(files) != 0 {
+			return 0, fmt.Errorf("a user namespace holder takes no descriptors, got %d", len(files))
+		}
+		cmd = exec.Command("/bin/sleep", "3600")
+		cmd.SysProcAttr = &syscall.SysProcAttr{
+			Cloneflags:  syscall.CLONE_PARENT | syscall.CLONE_NEWUSER,
+			UidMappings: ids, GidMappings: ids,
+			Setsid: true,
+		}
+	} else {
+		if len(files) != 2 {
+			return 0, fmt.Errorf("want 2 descriptors (config and status pipes), got %d", len(files))
+		}
+		cmd = exec.Command(binary, "__sandbox-init")
+		cmd.ExtraFiles = files // config on fd 3, status on fd 4
+		// The user namespace comes with the others, so that it owns them:
+		// its root (host id base) may mount proc, sysfs and devpts for its
+		// own sandbox and nothing else. Credential makes the init uid 0
+		// inside (host id base) before it execs, so it never runs as host
+		// root in there.
+		cmd.SysProcAttr = &syscall.SysProcAttr{
+			Cloneflags: syscall.CLONE_PARENT | syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID |
+				syscall.CLONE_NEWNET | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
+			UidMappings: ids, GidMappings: ids, GidMappingsEnableSetgroups: true,
+			Credential: &syscall.Credential{Uid: 0, Gid: 0},
+			Setsid:     true,
+		}
 	}
 	if err := cmd.Start(); err != nil {
 		return 0, err
 	}
-	// Not ours to wait for: the init is the daemon's child.
+	// Not ours to wait for: the child is the daemon's.
 	return cmd.Process.Pid, nil
 }
