@@ -229,6 +229,7 @@ func (fuzzRuntime) Create(context.Context, runtime.Spec) (*runtime.Info, error) 
 func (fuzzRuntime) Adopt(context.Context, string, *runtime.Info) error   { return nil }
 func (fuzzRuntime) Destroy(context.Context, string, *runtime.Info) error { return nil }
 func (fuzzRuntime) Usage(string) runtime.Usage                           { return runtime.Usage{} }
+func (fuzzRuntime) OOMKills(string) int64                                { return 0 }
 func (fuzzRuntime) SandboxDirs() ([]string, error)                       { return nil, nil }
 
 type fuzzImages struct{}
