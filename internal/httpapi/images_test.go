@@ -44,6 +44,7 @@ func (nopRuntime) Create(context.Context, runtime.Spec) (*runtime.Info, error) {
 func (nopRuntime) Adopt(context.Context, string, *runtime.Info) error   { return nil }
 func (nopRuntime) Destroy(context.Context, string, *runtime.Info) error { return nil }
 func (nopRuntime) Usage(string) runtime.Usage                           { return runtime.Usage{} }
+func (nopRuntime) OOMKills(string) int64                                { return 0 }
 func (nopRuntime) SandboxDirs() ([]string, error)                       { return nil, nil }
 
 // fakeImages is an image store in memory.
