@@ -46,6 +46,11 @@ const (
 	densityHeadroom = 4 << 30         // MemAvailable the live check leaves untouched
 	densityCell     = "import pandas as pd; df = pd.DataFrame({'a': range(1000)})"
 	densityCheck    = "len(df)"
+	// densityDiskMB is the density sandboxes' disk_mb: a running sandbox
+	// reserves its whole disk on the data dir's filesystem, and the live
+	// check resumes 100 at once, which at the default 2 GiB would ask more
+	// than this VM's free space (507); what is measured here is memory.
+	densityDiskMB int64 = 256
 )
 
 // susResults holds what BenchmarkSuspendResume's parts measured, for the
@@ -134,7 +139,7 @@ type susResults struct {
 //     answer, each made once the pool is full again (so each is a hit).
 //     Diagnostics: 3 plain restores of the same snapshot (a pool miss), and
 //     5 more creates after the benchmark ran a `1+1` in every ready sandbox.
-//   - density: 200 named sandboxes (4 at a time) that each build a small
+//   - density: 200 named sandboxes (4 at a time, disk_mb 256) that each build a small
 //     DataFrame and are suspended; host MemAvailable and disk along the way;
 //     then 100 of them resumed at once to check how many live kernels fit.
 func BenchmarkSuspendResume(b *testing.B) {
@@ -658,7 +663,8 @@ func benchSusDensity(b *testing.B, c *snapClient, res *susResults) {
 			for i := range next {
 				m := &made{}
 				t0 := time.Now()
-				sb, err := c.create(ctx, api.CreateSandboxRequest{Name: fmt.Sprintf("dense-%03d", i), TimeoutSecs: &timeout})
+				disk := densityDiskMB
+				sb, err := c.create(ctx, api.CreateSandboxRequest{Name: fmt.Sprintf("dense-%03d", i), TimeoutSecs: &timeout, DiskMB: &disk})
 				if err != nil {
 					errs[i] = fmt.Errorf("create %d: %w", i, err)
 					continue
