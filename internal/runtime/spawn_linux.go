@@ -141,7 +141,7 @@ func (s *spawner) spawn(kind string, base uint32, files ...*os.File) (*os.Proces
 // connection, after which the spawner is restarted).
 type spawnRefused string
 
-func (e spawnRefused) Error() string { return "start sandbox init: " + string(e) }
+func (e spawnRefused) Error() string { return "sandbox spawner: " + string(e) }
 
 // request sends one request and reads its answer; sent reports whether the
 // request reached the spawner.

@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -12,8 +13,9 @@ import (
 )
 
 // TestSpawnerSurvivesItsDeath: the process that starts inits is killed from
-// outside; the next create starts a new one and works, and the init it made
-// is the daemon's child (parent pid), not the spawner's.
+// outside while a holder it started lives; the next create starts a new
+// spawner at once and works, and the init it made is the daemon's child
+// (parent pid), not the spawner's.
 func TestSpawnerSurvivesItsDeath(t *testing.T) {
 	rt, img := testRuntime(t)
 	ctx := context.Background()
@@ -34,6 +36,27 @@ func TestSpawnerSurvivesItsDeath(t *testing.T) {
 	first = append(first, z)
 	if ppid, err := parentPID(z.proc.Pid); err != nil || ppid != os.Getpid() {
 		t.Fatalf("init %d has parent %d (%v), want the daemon %d", z.proc.Pid, ppid, err, os.Getpid())
+	}
+	// A user namespace holder it started lives on: it must not hold the
+	// spawner's socket, or the daemon would not see the spawner die (its
+	// next request would wait for an answer until the timeout).
+	holder, err := rt.newUsernsHolder(z.base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.close()
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", holder.proc.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fd := range fds {
+		// (Descriptors the test process itself inherited without
+		// close-on-exec from whatever started it pass down to every child;
+		// a socket can only be the spawner's.)
+		link, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", holder.proc.Pid, fd.Name()))
+		if strings.HasPrefix(link, "socket:") {
+			t.Errorf("the holder inherited fd %s (%s): the spawner's socket", fd.Name(), link)
+		}
 	}
 	rt.spawner.mu.Lock()
 	sp := rt.spawner.cmd.Process

@@ -41,6 +41,9 @@ func Spawn(args []string) {
 		os.Exit(2)
 	}
 	binary := args[0]
+	// The socket came without close-on-exec: keep it out of what this
+	// starts (a holder would keep the daemon's end from seeing our exit).
+	unix.CloseOnExec(3)
 	buf := make([]byte, 64)
 	oob := make([]byte, unix.CmsgSpace(2*4))
 	for {
@@ -98,6 +101,8 @@ func startInit(binary, req string, files []*os.File) (int, error) {
 		if len(files) != 0 {
 			return 0, fmt.Errorf("a user namespace holder takes no descriptors, got %d", len(files))
 		}
+		// Killed by the daemon as soon as the layers are idmapped; an
+		// hour's sleep bounds it should the daemon die first.
 		cmd = exec.Command("/bin/sleep", "3600")
 		cmd.SysProcAttr = &syscall.SysProcAttr{
 			Cloneflags:  syscall.CLONE_PARENT | syscall.CLONE_NEWUSER,
