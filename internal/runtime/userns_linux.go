@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	goruntime "runtime"
-	"syscall"
 
 	"github.com/forkbox/forkbox/internal/userns"
 	"golang.org/x/sys/unix"
@@ -20,11 +19,6 @@ import (
 // mapping, so inside they show as 0 and 1000 while the kernel sees base and
 // base+1000. The writable layer stores host ids on its own ext4 (an overlay
 // upper layer cannot be idmapped), which is why a lineage keeps its range.
-
-// idMappings is the mapping of a sandbox whose range starts at base.
-func idMappings(base uint32) []syscall.SysProcIDMap {
-	return []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(base), Size: userns.Size}}
-}
 
 // usernsHolder is a sleeping process in a fresh user namespace with a
 // sandbox's mapping. Idmapped mounts take the mapping of a user namespace
