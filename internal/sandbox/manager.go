@@ -294,6 +294,12 @@ func (m *Manager) validate(req *api.CreateSandboxRequest) (store.Spec, error) {
 
 // Create validates req, records the sandbox and starts it.
 func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest) (*api.Sandbox, error) {
+	return m.create(ctx, req, false)
+}
+
+// create is Create; verified says that req's snapshot has just been checked
+// against its checksum by the caller (a fork's branches share one check).
+func (m *Manager) create(ctx context.Context, req *api.CreateSandboxRequest, verified bool) (*api.Sandbox, error) {
 	if req.Pool != "" {
 		return m.createFromPool(ctx, req)
 	}
@@ -308,7 +314,7 @@ func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest) (*a
 		if m.snaps == nil {
 			return nil, errdefs.NotFound("snapshot %q not found", req.SnapshotID)
 		}
-		sn, restored, err := m.restoreSource(ctx, req, spec)
+		sn, restored, err := m.restoreSource(ctx, req, spec, verified)
 		if err != nil {
 			return nil, err
 		}
