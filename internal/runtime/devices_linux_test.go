@@ -552,26 +552,7 @@ func BenchmarkDeviceFilterAttach(b *testing.B) {
 	if os.Geteuid() != 0 || cgroup2Root() == "" {
 		b.Skip("needs root and a cgroup2 mount")
 	}
-	parent := filepath.Join(cgroup2Root(), testCgroupName())
-	if err := os.Mkdir(parent, 0o755); err != nil {
-		b.Fatal(err)
-	}
-	defer unix.Rmdir(parent)
-	for i := 0; b.Loop(); i++ {
-		b.StopTimer()
-		dir := filepath.Join(parent, strconv.Itoa(i))
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			b.Fatal(err)
-		}
-		b.StartTimer()
-		err := attachDeviceFilter(dir)
-		b.StopTimer()
-		unix.Rmdir(dir)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.StartTimer()
-	}
+	benchOnFreshCgroups(b, cgroup2Root(), attachDeviceFilter)
 }
 
 // BenchmarkDevicesV1 measures the v1 setup on a fresh cgroup.
@@ -580,6 +561,12 @@ func BenchmarkDevicesV1(b *testing.B) {
 	if _, err := os.Stat(filepath.Join(root, "devices.allow")); os.Geteuid() != 0 || err != nil {
 		b.Skip("needs root and a v1 devices controller")
 	}
+	benchOnFreshCgroups(b, root, setupDevicesV1)
+}
+
+// benchOnFreshCgroups times setup on a new cgroup under root per iteration;
+// making and removing the cgroup is not timed.
+func benchOnFreshCgroups(b *testing.B, root string, setup func(dir string) error) {
 	parent := filepath.Join(root, testCgroupName())
 	if err := os.Mkdir(parent, 0o755); err != nil {
 		b.Fatal(err)
@@ -592,7 +579,7 @@ func BenchmarkDevicesV1(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.StartTimer()
-		err := setupDevicesV1(dir)
+		err := setup(dir)
 		b.StopTimer()
 		unix.Rmdir(dir)
 		if err != nil {
