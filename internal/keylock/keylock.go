@@ -37,6 +37,7 @@ type entry struct {
 	op     string
 	since  time.Time
 	cancel context.CancelCauseFunc
+	firm   bool // the holder cannot be preempted (Options.Firm)
 }
 
 // New returns a Map whose waits last at most wait. noun names what a key
@@ -62,8 +63,13 @@ func (m *Map) SetWait(d time.Duration) {
 
 // Options tune one Lock.
 type Options struct {
-	// Preempt cancels the current holder's context before waiting.
+	// Preempt cancels the current holder's context before waiting, unless
+	// that holder is Firm: then it is waited out.
 	Preempt bool
+	// Firm holders are never preempted: an operation that must not stop
+	// half way, such as a delete (of two deletes of one sandbox, the first
+	// finishes and the second then finds it gone).
+	Firm bool
 	// Wait overrides the Map's ceiling; negative: do not wait at all.
 	Wait time.Duration
 }
@@ -95,7 +101,7 @@ func (m *Map) Lock(ctx context.Context, key, op string, o Options) (opCtx contex
 	}
 	if o.Preempt {
 		e.mu.Lock()
-		if e.cancel != nil {
+		if e.cancel != nil && !e.firm {
 			e.cancel(m.preempt(key, e.op))
 		}
 		e.mu.Unlock()
@@ -121,13 +127,13 @@ func (m *Map) Lock(ctx context.Context, key, op string, o Options) (opCtx contex
 	}
 	opCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	e.mu.Lock()
-	e.op, e.since, e.cancel = op, time.Now(), cancel
+	e.op, e.since, e.cancel, e.firm = op, time.Now(), cancel, o.Firm
 	e.mu.Unlock()
 	var once sync.Once
 	return opCtx, func() {
 		once.Do(func() {
 			e.mu.Lock()
-			e.op, e.cancel = "", nil
+			e.op, e.cancel, e.firm = "", nil, false
 			e.mu.Unlock()
 			cancel(nil)
 			<-e.sem

@@ -76,6 +76,48 @@ func TestPreemptCancelsHolderWithCause(t *testing.T) {
 	}
 }
 
+// Two deletes of one sandbox: the second must not cancel the first half way
+// (it answered 500 "context canceled"); it waits the first out.
+func TestPreemptWaitsOutFirmHolder(t *testing.T) {
+	m := New("sandbox", 5*time.Second, nil)
+	hctx, hunlock, err := m.Lock(context.Background(), "a", "delete", Options{Preempt: true, Firm: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, unlock, err := m.Lock(context.Background(), "a", "delete", Options{Preempt: true, Firm: true})
+		if err == nil {
+			unlock()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("second delete got the lock while the first held it: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	if hctx.Err() != nil {
+		t.Fatalf("the first delete was cancelled: %v", context.Cause(hctx))
+	}
+	hunlock()
+	if err := <-done; err != nil {
+		t.Fatalf("second delete after the first ended: %v", err)
+	}
+	// The lock is plain again: a later holder can be preempted.
+	sctx, sunlock, _ := m.Lock(context.Background(), "a", "suspend", Options{})
+	defer sunlock()
+	go func() { <-sctx.Done(); sunlock() }()
+	_, dunlock, err := m.Lock(context.Background(), "a", "delete", Options{Preempt: true})
+	if err != nil {
+		t.Fatalf("delete after a suspend: %v", err)
+	}
+	dunlock()
+	if sctx.Err() == nil {
+		t.Fatal("a suspend was not preempted by a delete")
+	}
+}
+
 func TestClientCancelDoesNotEndOperation(t *testing.T) {
 	m := New("sandbox", time.Second, nil)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -27,7 +27,7 @@ import (
 //
 // Points: create:recorded, create:started, suspend:recorded, suspend:imaged,
 // suspend:freed, resume:recorded, resume:restored, checkpoint:locked,
-// checkpoint:frozen, checkpoint:captured.
+// checkpoint:frozen, checkpoint:captured, delete:locked.
 
 // faultPoint applies FORKBOX_FAULT at name.
 func faultPoint(name string) {

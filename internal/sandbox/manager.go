@@ -590,7 +590,10 @@ func (m *Manager) Delete(ctx context.Context, ref string) (*api.Sandbox, error) 
 	return m.terminate(ctx, sb.ID, "deleted", lockOpts{Preempt: true})
 }
 
+// terminate destroys sandbox id. Once it holds the lock nothing preempts it
+// (a second delete waits it out), so it never stops half way.
 func (m *Manager) terminate(ctx context.Context, id, reason string, o lockOpts) (*api.Sandbox, error) {
+	o.Firm = true
 	ctx, unlock, err := m.lockOp(ctx, id, "delete", o)
 	if err != nil {
 		return nil, err
@@ -602,6 +605,9 @@ func (m *Manager) terminate(ctx context.Context, id, reason string, o lockOpts) 
 	}
 	if sb.State == api.StateTerminated { // by another call while this one waited
 		return m.view(sb), nil
+	}
+	if err := hookPoint(ctx, "delete:locked", id, sb.Name); err != nil {
+		return nil, err
 	}
 	l := m.untrack(id)
 	var info *runtime.Info

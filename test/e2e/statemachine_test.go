@@ -497,6 +497,37 @@ func TestStateMachine(t *testing.T) {
 		})
 	}
 	e.t = t
+	t.Run("two deletes", func(t *testing.T) {
+		e.t = t
+		s := e.newSubject()
+		release := e.holdFile("delete:locked", s.id)
+		defer release()
+		first := make(chan smResult, 1)
+		go func() { first <- e.json("DELETE", "/v1/sandboxes/"+s.id, nil) }()
+		reached := filepath.Join(hold, "delete:locked@"+s.id+".reached")
+		for deadline := time.Now().Add(smBound); ; time.Sleep(20 * time.Millisecond) {
+			if _, err := os.Stat(reached); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the first delete did not reach its hold")
+			}
+		}
+		// The second delete must not cancel the first half way (it answered
+		// 500 "context canceled"): it waits it out and finds it gone.
+		second := make(chan smResult, 1)
+		go func() { second <- e.json("DELETE", "/v1/sandboxes/"+s.id, nil) }()
+		time.Sleep(300 * time.Millisecond)
+		release()
+		for i, ch := range []chan smResult{first, second} {
+			r := <-ch
+			if r.err != nil || r.status != 200 {
+				t.Errorf("delete %d: %d %v %s", i+1, r.status, r.err, r.message)
+			}
+		}
+		assertNoLeaks(t, d, s.id)
+	})
+	e.t = t
 	// The daemon is healthy after all of it.
 	if err := d.c.Health(ctxT(t)); err != nil {
 		t.Fatal(err)
