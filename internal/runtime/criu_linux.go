@@ -15,11 +15,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/checkpoint-restore/go-criu/v7/rpc"
 	"github.com/forkbox/forkbox/internal/agent"
 	"github.com/forkbox/forkbox/internal/criu"
 	"github.com/forkbox/forkbox/internal/image"
 	"github.com/forkbox/forkbox/internal/sandboxinit"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/proto"
 )
 
 // Memory snapshots: CRIU dumps a sandbox's whole process tree (the agent as
@@ -32,8 +36,8 @@ import (
 // sandbox's host paths at restore: the image's read-only binds, the device
 // nodes bound from the host's /dev, the agent binary and the run dir. The
 // network namespace is restored empty (--empty-ns net: CRIU would spend
-// ~100 ms replaying its configuration with the ip tools); an action script
-// brings its loopback up before the sockets come back, and the daemon
+// ~100 ms replaying its configuration with the ip tools); the daemon brings
+// its loopback up when CRIU notifies it, before the sockets come back, and
 // attaches the veth of a sandbox with internet access afterwards.
 
 // criuMeta is stored next to the CRIU images: what the restore must map.
@@ -56,51 +60,68 @@ func (r *Runtime) externalMounts(img []sandboxinit.Bind, runDir string) []sandbo
 	return out
 }
 
-// writeCRIUAction writes the action script restores run (see above) into
-// dir and returns its path.
-func writeCRIUAction(dir string) (string, error) {
+// restoreHooks answers CRIU's notifications during a restore, in process
+// (no script per stage): the restored network namespace is empty, so its
+// loopback comes up before the sockets return; once every process is back,
+// and before any runs, the user namespace CRIU made (with the kernel's
+// default limits) gets the sandbox's (sandboxinit.UserLimits), as the init
+// of a new sandbox sets them.
+type restoreHooks struct {
+	nsenter string // nsenter (util-linux): the limits are written from inside the user namespace
+	limits  string // the shell commands that write them
+}
+
+func newRestoreHooks() (*restoreHooks, error) {
 	nsenter, err := exec.LookPath("nsenter")
 	if err != nil {
-		return "", fmt.Errorf("nsenter (util-linux) is needed to restore memory snapshots: %w", err)
+		return nil, fmt.Errorf("nsenter (util-linux) is needed to restore memory snapshots: %w", err)
 	}
-	ip, err := exec.LookPath("ip")
-	if err != nil {
-		for _, p := range []string{"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"} {
-			if _, serr := os.Stat(p); serr == nil {
-				ip, err = p, nil
-				break
-			}
-		}
-		if err != nil {
-			return "", fmt.Errorf("ip (iproute2) is needed to restore memory snapshots: %w", err)
-		}
-	}
-	// The user namespace CRIU made has the kernel's default limits: set
-	// the sandbox's (userLimits) as the init of a new sandbox does.
 	var limits []string
 	for _, k := range slices.Sorted(maps.Keys(sandboxinit.UserLimits)) {
 		limits = append(limits, fmt.Sprintf("if [ -e /proc/sys/user/%[1]s ]; then echo %[2]s > /proc/sys/user/%[1]s || exit 1; fi", k, sandboxinit.UserLimits[k]))
 	}
-	script := "#!/bin/sh\n" +
-		"# Run by CRIU at each stage of a forkbox restore. The restored network\n" +
-		"# namespace is empty: bring its loopback up before the sockets return.\n" +
-		"# Once every process is back, and before any runs, give the restored\n" +
-		"# user namespace the sandbox's limits (CRIU still makes namespaces\n" +
-		"# until then).\n" +
-		"case \"$CRTOOLS_SCRIPT_ACTION\" in\n" +
-		"setup-namespaces) exec " + nsenter + " --target \"$CRTOOLS_INIT_PID\" --net " + ip + " link set lo up ;;\n" +
-		"post-restore) exec " + nsenter + " --target \"$CRTOOLS_INIT_PID\" --user /bin/sh -c '" +
-		strings.Join(limits, "; ") + "' ;;\n" +
-		"esac\n"
-	path := filepath.Join(dir, "criu-action.sh")
-	if b, err := os.ReadFile(path); err == nil && string(b) == script {
-		return path, nil
+	return &restoreHooks{nsenter: nsenter, limits: strings.Join(limits, "; ")}, nil
+}
+
+func (hk *restoreHooks) notify(ctx context.Context) criu.Notify {
+	return func(script string, pid int32) error {
+		switch script {
+		case "setup-namespaces":
+			return loopbackUp(int(pid))
+		case "post-restore":
+			// Writing /proc/sys/user takes CAP_SYS_RESOURCE in the
+			// namespace, from inside it; a multi-threaded daemon cannot
+			// enter a user namespace, a child can.
+			out, err := exec.CommandContext(ctx, hk.nsenter, "--target", strconv.Itoa(int(pid)), "--user",
+				"/bin/sh", "-c", hk.limits).CombinedOutput()
+			if err != nil {
+				return fmt.Errorf("user namespace limits: %v: %s", err, bytes.TrimSpace(out))
+			}
+		}
+		return nil
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(script), 0o700); err != nil {
-		return "", err
+}
+
+// loopbackUp brings up lo in the network namespace of pid.
+func loopbackUp(pid int) error {
+	ns, err := netns.GetFromPid(pid)
+	if err != nil {
+		return fmt.Errorf("restored network namespace: %w", err)
 	}
-	return path, os.Rename(tmp, path)
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
+	if err != nil {
+		return fmt.Errorf("restored network namespace: %w", err)
+	}
+	defer h.Close()
+	lo, err := h.LinkByName("lo")
+	if err != nil {
+		return fmt.Errorf("restored loopback: %w", err)
+	}
+	if err := h.LinkSetUp(lo); err != nil {
+		return fmt.Errorf("restored loopback up: %w", err)
+	}
+	return nil
 }
 
 // CheckpointMemory dumps the processes of a running sandbox into dir (which
@@ -119,17 +140,33 @@ func (r *Runtime) CheckpointMemory(ctx context.Context, h *criu.Host, id string,
 	if err := os.WriteFile(filepath.Join(dir, "forkbox.json"), meta, 0o600); err != nil {
 		return err
 	}
-	args := []string{"dump", "-t", strconv.Itoa(info.PID), "-D", dir, "-o", "dump.log", "-v2",
-		"--leave-running", "--tcp-established", "--skip-in-flight", "--file-locks", "--ghost-limit", "64M",
-		"--network-lock", "nftables", "--empty-ns", "net",
-		"--manage-cgroups=ignore"}
+	imgDir, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer imgDir.Close()
+	opts := &rpc.CriuOpts{
+		Pid:               proto.Int32(int32(info.PID)),
+		ImagesDirFd:       proto.Int32(int32(imgDir.Fd())),
+		LogFile:           proto.String("dump.log"),
+		LogLevel:          proto.Int32(2),
+		LeaveRunning:      proto.Bool(true),
+		TcpEstablished:    proto.Bool(true),
+		TcpSkipInFlight:   proto.Bool(true),
+		FileLocks:         proto.Bool(true),
+		GhostLimit:        proto.Uint32(64 << 20),
+		NetworkLock:       rpc.CriuNetworkLockMethod_NFTABLES.Enum(),
+		EmptyNs:           proto.Uint32(unix.CLONE_NEWNET),
+		ManageCgroupsMode: rpc.CriuCgMode_IGNORE.Enum(),
+	}
 	for i, m := range ext {
-		args = append(args, "--external", fmt.Sprintf("mnt[%s]:%s", m.Target, mountKey(i)))
+		opts.External = append(opts.External, fmt.Sprintf("mnt[%s]:%s", m.Target, mountKey(i)))
 	}
 	if fz := r.FreezerDir(id); fz != "" {
-		args = append(args, "--freeze-cgroup", fz)
+		opts.FreezeCgroup = proto.String(fz)
 	}
-	return runCRIU(ctx, h, dir, "dump.log", args, nil)
+	_, err = runCRIU(ctx, h, rpc.CriuReqType_DUMP, opts, filepath.Join(dir, "dump.log"), nil, nil)
+	return err
 }
 
 // RestoreMemory creates a new sandbox from a memory snapshot: the files of
@@ -179,12 +216,7 @@ func (r *Runtime) RestoreMemory(ctx context.Context, h *criu.Host, spec Spec, cr
 		return nil, fmt.Errorf("cgroup: %w", err)
 	}
 
-	pidFile := filepath.Join(dir, "restore.pid")
-	logDir := dir
-	args := []string{"restore", "-D", criuDir, "-W", logDir, "-o", "restore.log", "-v2", "-d",
-		"--root", rootfs, "--pidfile", pidFile,
-		"--tcp-established", "--file-locks", "--manage-cgroups=ignore", "--network-lock", "nftables",
-		"--empty-ns", "net", "--action-script", r.criuAction}
+	external := make([]string, 0, len(meta.Binds))
 	for i, m := range meta.Binds {
 		src := m.Source
 		switch {
@@ -203,26 +235,39 @@ func (r *Runtime) RestoreMemory(ctx context.Context, h *criu.Host, spec Spec, cr
 				}
 			}
 		}
-		args = append(args, "--external", fmt.Sprintf("mnt[%s]:%s", mountKey(i), src))
+		external = append(external, fmt.Sprintf("mnt[%s]:%s", mountKey(i), src))
 	}
-	undo.add(func() error {
-		if b, err := os.ReadFile(pidFile); err == nil {
-			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
-				unix.Kill(pid, unix.SIGKILL)
-			}
-		}
-		return nil
-	})
-	if err := runCRIU(ctx, h, logDir, "restore.log", args, &criuJoin{cg: cg}); err != nil {
+	imgDir, err := os.Open(criuDir)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot images: %w", err)
+	}
+	defer imgDir.Close()
+	workDir, err := os.Open(dir)
+	if err != nil {
 		return nil, err
 	}
-	b, err := os.ReadFile(pidFile)
+	defer workDir.Close()
+	opts := &rpc.CriuOpts{
+		ImagesDirFd:       proto.Int32(int32(imgDir.Fd())),
+		WorkDirFd:         proto.Int32(int32(workDir.Fd())),
+		LogFile:           proto.String("restore.log"),
+		LogLevel:          proto.Int32(2),
+		Root:              proto.String(rootfs),
+		TcpEstablished:    proto.Bool(true),
+		FileLocks:         proto.Bool(true),
+		ManageCgroupsMode: rpc.CriuCgMode_IGNORE.Enum(),
+		NetworkLock:       rpc.CriuNetworkLockMethod_NFTABLES.Enum(),
+		EmptyNs:           proto.Uint32(unix.CLONE_NEWNET),
+		External:          external,
+	}
+	resp, err := runCRIU(ctx, h, rpc.CriuReqType_RESTORE, opts, filepath.Join(dir, "restore.log"), cg, r.restoreHooks.notify)
+	if pid := resp.GetRestore().GetPid(); pid > 0 {
+		undo.add(func() error { unix.Kill(int(pid), unix.SIGKILL); return nil })
+	}
 	if err != nil {
-		return nil, fmt.Errorf("restored init pid: %w", err)
+		return nil, err
 	}
-	if info.PID, err = strconv.Atoi(strings.TrimSpace(string(b))); err != nil {
-		return nil, fmt.Errorf("restored init pid: %w", err)
-	}
+	info.PID = int(resp.GetRestore().GetPid())
 	if info.PIDStart, err = pidStartTime(info.PID); err != nil {
 		return nil, err
 	}
@@ -278,38 +323,42 @@ func setHostname(pid int, name string) error {
 	return <-errc
 }
 
-// criuJoin puts the CRIU process into the sandbox's cgroups before it runs
-// (a shell writes its own pid, then execs criu), so the restored tree lands
-// there, and passes extra files from fd 3 on.
-type criuJoin struct {
-	cg *cgroups
-}
+// criuTimeout bounds one CRIU dump or restore: a CRIU that hangs then
+// fails instead of hanging its caller.
+const criuTimeout = 2 * time.Minute
 
-func runCRIU(ctx context.Context, h *criu.Host, logDir, logName string, args []string, join *criuJoin) error {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+// runCRIU has CRIU do one request over its RPC socket, first moving CRIU
+// into join (when not nil) so that a restored tree lands in the sandbox's
+// cgroups, and answering its notifications with notify. Errors carry CRIU's
+// message and the end of its log (logPath).
+func runCRIU(ctx context.Context, h *criu.Host, typ rpc.CriuReqType, opts *rpc.CriuOpts, logPath string, join *cgroups, notify func(context.Context) criu.Notify) (*rpc.CriuResp, error) {
+	ctx, cancel := context.WithTimeout(ctx, criuTimeout)
 	defer cancel()
-	var cmd *exec.Cmd
+	sw, err := h.StartSwrk(ctx)
+	if err != nil {
+		return nil, err
+	}
 	if join != nil {
-		script := `for f in $FBX_CGROUP_PROCS; do echo $$ > "$f" || exit 125; done; exec "$@"`
-		var procs []string
-		for _, d := range join.cg.paths {
-			procs = append(procs, filepath.Join(d, "cgroup.procs"))
+		if err := join.join(sw.Pid()); err != nil {
+			sw.Close()
+			return nil, fmt.Errorf("criu into the sandbox's cgroups: %w", err)
 		}
-		cmd = exec.CommandContext(ctx, "/bin/sh", append([]string{"-c", script, "sh", h.Path}, args...)...)
-		cmd.Env = append(append(os.Environ(), h.Env...), "FBX_CGROUP_PROCS="+strings.Join(procs, " "))
-	} else {
-		cmd = h.Command(ctx, args...)
 	}
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		logTail := tail(filepath.Join(logDir, logName), 12)
+	var nt criu.Notify
+	if notify != nil {
+		nt = notify(ctx)
+	}
+	resp, err := sw.Do(typ, opts, nt)
+	if cerr := sw.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil {
 		if ctx.Err() != nil {
-			err = ctx.Err()
+			err = fmt.Errorf("%w (%w)", err, ctx.Err())
 		}
-		return fmt.Errorf("criu %s: %v: %s%s", args[0], err, strings.TrimSpace(out.String()), logTail)
+		return resp, fmt.Errorf("%w%s", err, tail(logPath, 12))
 	}
-	return nil
+	return resp, nil
 }
 
 // tail returns the last n error-ish lines of a CRIU log.

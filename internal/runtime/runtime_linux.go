@@ -62,9 +62,8 @@ type Runtime struct {
 	inits     chan *initProc  // pre-started init processes
 	refilling bool
 	closed    bool
-	// criuAction is the script CRIU runs at restore to bring the restored
-	// network namespace's loopback up.
-	criuAction string
+	// restoreHooks answers CRIU's notifications during restores.
+	restoreHooks *restoreHooks
 	// agents keeps the agent binary's versions; agentBin is the live copy
 	// of this daemon's, which new sandboxes run (see agents_linux.go).
 	agents   *agentStore
@@ -110,7 +109,7 @@ func New(cfg Config) (*Runtime, error) {
 	}
 	dir := filepath.Join(execRoot, "sandboxes")
 	raiseHostLimits(cfg.Logger)
-	action, err := writeCRIUAction(cfg.CacheDir)
+	hooks, err := newRestoreHooks()
 	if err != nil {
 		return nil, err
 	}
@@ -119,7 +118,7 @@ func New(cfg Config) (*Runtime, error) {
 		return nil, err
 	}
 	r := &Runtime{cfg: cfg, dir: dir, execRoot: execRoot, disks: &diskCache{dir: cfg.CacheDir}, log: cfg.Logger,
-		destroyed: map[string]bool{}, inits: make(chan *initProc, initPoolSize), criuAction: action,
+		destroyed: map[string]bool{}, inits: make(chan *initProc, initPoolSize), restoreHooks: hooks,
 		agents: agents, agentBin: agentBin, spawner: &spawner{bin: agentBin}}
 	r.refillInits()
 	return r, nil

@@ -62,6 +62,15 @@ func TestMemorySnapshotRestore(t *testing.T) {
 	if res.Stdout != "served\n" {
 		t.Fatalf("background server in the restored sandbox: %+v", res)
 	}
+	// The user namespace CRIU made has the sandbox's limits, as a new
+	// sandbox's has (not the kernel's defaults): no nested namespaces.
+	limits := "cd /proc/sys/user && grep . max_*"
+	if want, got := run(t, shared, sb.ID, "sh", "-c", limits), run(t, shared, restored.ID, "sh", "-c", limits); got.Stdout != want.Stdout || !strings.Contains(got.Stdout, "max_user_namespaces:0") {
+		t.Fatalf("user limits of the restored sandbox:\n%s\nof its source:\n%s", got.Stdout, want.Stdout)
+	}
+	if res := run(t, shared, restored.ID, "unshare", "-U", "true"); res.ExitCode == 0 {
+		t.Fatalf("a restored sandbox made a user namespace: %+v", res)
+	}
 	// Restored sandboxes diverge from the source.
 	noError(t, runCode(t, shared, restored.ID, py("x = 'changed'")))
 	if got := mainResult(t, runCode(t, shared, sb.ID, py("x"))); got != "41" {
