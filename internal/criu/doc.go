@@ -8,8 +8,9 @@
 // fails on kernels >= 6.13), runs `criu check` and a few `criu check
 // --feature` probes, and returns a [Host]. When the Host is not Usable,
 // memory snapshots are unavailable and Problem says why in words; filesystem
-// snapshots do not need CRIU. Every later dump or restore runs through
-// [Host.Command], which adds the environment the host needs.
+// snapshots do not need CRIU. Every later dump or restore is one RPC
+// conversation with `criu swrk` ([Host.StartSwrk], [Swrk.Do]), started
+// through [Host.Command], which adds the environment the host needs.
 //
 // One such need: in some VMs (Firecracker among them) x86 hardware
 // breakpoints never fire, and CRIU that relies on them hangs during dump or

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
-	"syscall"
 
 	"github.com/checkpoint-restore/go-criu/v7/rpc"
 	"golang.org/x/sys/unix"
@@ -46,7 +45,8 @@ func (h *Host) StartSwrk(ctx context.Context) (*Swrk, error) {
 	// The child gets its end as fd 3 (ExtraFiles clears close-on-exec).
 	cmd := h.Command(ctx, "swrk", "3")
 	cmd.ExtraFiles = []*os.File{theirs}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// No Pdeathsig: it fires when the forking thread exits, and the daemon
+	// throws away threads (those that entered a sandbox's namespaces).
 	if err := cmd.Start(); err != nil {
 		ours.Close()
 		return nil, fmt.Errorf("start criu swrk: %w", err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -19,9 +20,8 @@ import (
 	"github.com/forkbox/forkbox/internal/agent"
 	"github.com/forkbox/forkbox/internal/criu"
 	"github.com/forkbox/forkbox/internal/image"
+	"github.com/forkbox/forkbox/internal/netsetup"
 	"github.com/forkbox/forkbox/internal/sandboxinit"
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
 )
@@ -67,11 +67,12 @@ func (r *Runtime) externalMounts(img []sandboxinit.Bind, runDir string) []sandbo
 // default limits) gets the sandbox's (sandboxinit.UserLimits), as the init
 // of a new sandbox sets them.
 type restoreHooks struct {
-	nsenter string // nsenter (util-linux): the limits are written from inside the user namespace
-	limits  string // the shell commands that write them
+	loopbackUp func(pid int) error
+	nsenter    string // nsenter (util-linux): the limits are written from inside the user namespace
+	limits     string // the shell commands that write them
 }
 
-func newRestoreHooks() (*restoreHooks, error) {
+func newRestoreHooks(net *netsetup.Manager) (*restoreHooks, error) {
 	nsenter, err := exec.LookPath("nsenter")
 	if err != nil {
 		return nil, fmt.Errorf("nsenter (util-linux) is needed to restore memory snapshots: %w", err)
@@ -80,14 +81,19 @@ func newRestoreHooks() (*restoreHooks, error) {
 	for _, k := range slices.Sorted(maps.Keys(sandboxinit.UserLimits)) {
 		limits = append(limits, fmt.Sprintf("if [ -e /proc/sys/user/%[1]s ]; then echo %[2]s > /proc/sys/user/%[1]s || exit 1; fi", k, sandboxinit.UserLimits[k]))
 	}
-	return &restoreHooks{nsenter: nsenter, limits: strings.Join(limits, "; ")}, nil
+	hk := &restoreHooks{nsenter: nsenter, limits: strings.Join(limits, "; ")}
+	hk.loopbackUp = func(int) error { return errors.New("runtime has no network manager") }
+	if net != nil {
+		hk.loopbackUp = net.LoopbackUp
+	}
+	return hk, nil
 }
 
 func (hk *restoreHooks) notify(ctx context.Context) criu.Notify {
 	return func(script string, pid int32) error {
 		switch script {
 		case "setup-namespaces":
-			return loopbackUp(int(pid))
+			return hk.loopbackUp(int(pid))
 		case "post-restore":
 			// Writing /proc/sys/user takes CAP_SYS_RESOURCE in the
 			// namespace, from inside it; a multi-threaded daemon cannot
@@ -100,28 +106,6 @@ func (hk *restoreHooks) notify(ctx context.Context) criu.Notify {
 		}
 		return nil
 	}
-}
-
-// loopbackUp brings up lo in the network namespace of pid.
-func loopbackUp(pid int) error {
-	ns, err := netns.GetFromPid(pid)
-	if err != nil {
-		return fmt.Errorf("restored network namespace: %w", err)
-	}
-	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
-	if err != nil {
-		return fmt.Errorf("restored network namespace: %w", err)
-	}
-	defer h.Close()
-	lo, err := h.LinkByName("lo")
-	if err != nil {
-		return fmt.Errorf("restored loopback: %w", err)
-	}
-	if err := h.LinkSetUp(lo); err != nil {
-		return fmt.Errorf("restored loopback up: %w", err)
-	}
-	return nil
 }
 
 // CheckpointMemory dumps the processes of a running sandbox into dir (which

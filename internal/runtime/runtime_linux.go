@@ -109,7 +109,7 @@ func New(cfg Config) (*Runtime, error) {
 	}
 	dir := filepath.Join(execRoot, "sandboxes")
 	raiseHostLimits(cfg.Logger)
-	hooks, err := newRestoreHooks()
+	hooks, err := newRestoreHooks(cfg.Net)
 	if err != nil {
 		return nil, err
 	}
