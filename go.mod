@@ -26,6 +26,7 @@ require (
 	github.com/coreos/go-systemd/v22 v22.6.0 // indirect
 	github.com/cyphar/filepath-securejoin v0.4.1 // indirect
 	github.com/godbus/dbus/v5 v5.1.0 // indirect
+	github.com/miekg/dns v1.1.73 // indirect
 	github.com/moby/sys/mountinfo v0.7.2 // indirect
 	github.com/moby/sys/userns v0.1.0 // indirect
 	github.com/segmentio/asm v1.1.3 // indirect

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -64,6 +65,12 @@ func serveCmd() *cobra.Command {
 		"first host id of the ranges sandboxes' user namespaces map onto; never a host account's (env FORKBOX_USERNS_FIRST)")
 	cmd.Flags().IntVar(&cfg.UsernsCount, "userns-count", int(envInt("FORKBOX_USERNS_COUNT", userns.DefaultCount)),
 		"how many 65536-id ranges from --userns-first sandboxes may use (env FORKBOX_USERNS_COUNT)")
+	var dnsDefault []string
+	if v := os.Getenv("FORKBOX_DNS_UPSTREAM"); v != "" {
+		dnsDefault = strings.Split(v, ",")
+	}
+	cmd.Flags().StringSliceVar(&cfg.DNSUpstreams, "dns-upstream", dnsDefault,
+		"DNS servers (host[:port], repeatable) that sandboxes' names are resolved with, after their egress policy allows them; default the host's /etc/resolv.conf nameservers (env FORKBOX_DNS_UPSTREAM, comma-separated)")
 	cmd.Flags().DurationVar(&cfg.LockWait, "lock-wait", lockWait,
 		"longest a call waits for a sandbox that another operation (a suspend, resume, checkpoint, create) holds before it answers 409 busy (env FORKBOX_LOCK_WAIT)")
 	return cmd

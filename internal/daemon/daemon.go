@@ -56,7 +56,10 @@ type Config struct {
 	// (defaults userns.DefaultFirst and userns.DefaultCount).
 	UsernsFirst uint32
 	UsernsCount int
-	Logger      *slog.Logger
+	// DNSUpstreams are the servers (host[:port]) that sandboxes' resolvers
+	// ask (default: the host's resolv.conf nameservers).
+	DNSUpstreams []string
+	Logger       *slog.Logger
 }
 
 // DefaultDataDir is ~/.local/share/forkbox (or $XDG_DATA_HOME/forkbox).
@@ -195,7 +198,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err := sandbox.ReserveIDRanges(ctx, d.store, ids, log); err != nil {
 		return nil, err
 	}
-	nm, err := netsetup.New(ctx, netsetup.Config{})
+	nm, err := netsetup.New(ctx, netsetup.Config{DNSUpstreams: cfg.DNSUpstreams, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("network: %w", err)
 	}

@@ -70,7 +70,7 @@ func Prepare(ctx context.Context, cfg Config, emit func(api.BuildEvent)) (_ *ima
 	if _, err := store.EnsureHostPython(ctx); err != nil {
 		log.Warn("host image unavailable", "image", image.HostImage, "err", err)
 	}
-	nm, err := netsetup.New(ctx, netsetup.Config{})
+	nm, err := netsetup.New(ctx, netsetup.Config{DNSUpstreams: cfg.DNSUpstreams, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("network: %w", err)
 	}

@@ -26,6 +26,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"strings"
@@ -44,8 +46,15 @@ const ifPrefix = "fbx"
 // Config configures a Manager.
 type Config struct {
 	// Subnet is the IPv4 pool for sandbox links, one /30 per sandbox.
-	// Default DefaultSubnet (10.88.0.0/16: 16384 sandboxes).
+	// Default DefaultSubnet (10.88.0.0/16: 16383 sandboxes; its first /30
+	// is kept for ResolverAddr).
 	Subnet netip.Prefix
+	// DNSUpstreams are the servers (host:port) the sandboxes' resolvers
+	// ask; default the host's /etc/resolv.conf nameservers (a local stub
+	// included: the daemon runs on the host), else FallbackNameservers.
+	DNSUpstreams []string
+	// Logger logs the resolvers' troubles; default slog.Default().
+	Logger *slog.Logger
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -53,8 +62,19 @@ func (c Config) withDefaults() (Config, error) {
 		c.Subnet = DefaultSubnet
 	}
 	c.Subnet = c.Subnet.Masked()
-	if !c.Subnet.Addr().Is4() || c.Subnet.Bits() > 30 {
-		return c, errdefs.InvalidArgument("netsetup: subnet %s: want an IPv4 prefix of /30 or larger", c.Subnet)
+	if !c.Subnet.Addr().Is4() || c.Subnet.Bits() > 29 {
+		return c, errdefs.InvalidArgument("netsetup: subnet %s: want an IPv4 prefix of /29 or larger", c.Subnet)
+	}
+	if len(c.DNSUpstreams) == 0 {
+		c.DNSUpstreams = hostNameservers()
+	}
+	for i, u := range c.DNSUpstreams {
+		if _, _, err := net.SplitHostPort(u); err != nil {
+			c.DNSUpstreams[i] = net.JoinHostPort(u, "53")
+		}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
 	}
 	return c, nil
 }
@@ -62,8 +82,19 @@ func (c Config) withDefaults() (Config, error) {
 // Link describes the network link of an attached sandbox.
 type Link struct {
 	HostIf    string       `json:"host_if"`    // host-side veth, e.g. "fbx1a2b3c4d5e6f"
-	HostIP    netip.Prefix `json:"host_ip"`    // e.g. 10.88.0.1/30, the sandbox's gateway
-	SandboxIP netip.Prefix `json:"sandbox_ip"` // e.g. 10.88.0.2/30, on eth0 in the sandbox
+	HostIP    netip.Prefix `json:"host_ip"`    // e.g. 10.88.0.5/30, the sandbox's gateway
+	SandboxIP netip.Prefix `json:"sandbox_ip"` // e.g. 10.88.0.6/30, on eth0 in the sandbox
+	// Policy is the egress policy in force (see policy.go).
+	Policy Policy `json:"policy"`
+}
+
+// ResolverAddr is the nameserver of every sandbox with internet access
+// (resolver_linux.go): the first host address of subnet, whose /30 is
+// never handed out. The host redirects a sandbox's DNS packets to it to
+// that sandbox's own resolver.
+func ResolverAddr(subnet netip.Prefix) netip.Addr {
+	h, _ := block(subnet.Masked(), 0)
+	return h.Addr()
 }
 
 // hostIfName is the host-side interface name of sandbox id: "fbx" and 12 hex
@@ -111,56 +142,48 @@ func pickBlock(subnet netip.Prefix, used map[uint32]bool, next uint32) (uint32, 
 	return 0, false
 }
 
-// FallbackNameservers are written into a sandbox's resolv.conf when the host
-// names no nameserver that a sandbox can reach (only a local stub such as
-// systemd-resolved's 127.0.0.53, which lives in the host's namespace).
+// FallbackNameservers are what the sandboxes' resolvers ask when the host's
+// resolv.conf names no nameserver.
 var FallbackNameservers = []string{"1.1.1.1", "8.8.8.8"}
 
-// ResolvConf returns /etc/resolv.conf content for a sandbox with internet
-// access: the host's /etc/resolv.conf without nameservers that only make
-// sense on the host (loopback, link-local). If none remain, the host uses a
-// local stub: the stub's upstream servers are taken from systemd-resolved's
-// /run/systemd/resolve/resolv.conf when it exists, else FallbackNameservers,
-// with a comment that says so. search/options lines are kept.
-func ResolvConf() []byte {
+// SandboxResolvConf returns /etc/resolv.conf content for a sandbox with
+// internet access: the host's search and options lines, and resolver as the
+// only nameserver.
+func SandboxResolvConf(resolver netip.Addr) []byte {
 	host, _ := os.ReadFile("/etc/resolv.conf")
-	out, n := filterResolvConf(host)
-	if n > 0 {
-		return out
-	}
-	if up, err := os.ReadFile("/run/systemd/resolve/resolv.conf"); err == nil {
-		if out, n := filterResolvConf(up); n > 0 {
-			return out
+	var b bytes.Buffer
+	b.WriteString("# forkbox: names resolve through the daemon, which applies the sandbox's egress policy\n")
+	sc := bufio.NewScanner(bytes.NewReader(host))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) >= 2 && (f[0] == "search" || f[0] == "domain" || f[0] == "options") {
+			b.WriteString(sc.Text())
+			b.WriteByte('\n')
 		}
 	}
-	var b bytes.Buffer
-	b.Write(out)
-	b.WriteString("# forkbox: the host resolves through a local stub a sandbox cannot reach; public resolvers instead\n")
-	for _, ns := range FallbackNameservers {
-		fmt.Fprintf(&b, "nameserver %s\n", ns)
-	}
+	fmt.Fprintf(&b, "nameserver %s\n", resolver)
 	return b.Bytes()
 }
 
-// filterResolvConf drops nameserver lines that a sandbox cannot reach and
-// returns the rest and how many nameservers remain.
-func filterResolvConf(in []byte) ([]byte, int) {
-	var b bytes.Buffer
-	n := 0
-	sc := bufio.NewScanner(bytes.NewReader(in))
-	for sc.Scan() {
-		line := sc.Text()
-		f := strings.Fields(line)
-		if len(f) >= 2 && f[0] == "nameserver" {
-			a, err := netip.ParseAddr(f[1])
-			if err != nil || a.IsLoopback() || a.IsLinkLocalUnicast() || a.IsUnspecified() {
-				fmt.Fprintf(&b, "# forkbox: dropped host-only %s\n", line)
-				continue
+// hostNameservers returns the host's nameservers (host:port), or
+// FallbackNameservers.
+func hostNameservers() []string {
+	var out []string
+	if b, err := os.ReadFile("/etc/resolv.conf"); err == nil {
+		sc := bufio.NewScanner(bytes.NewReader(b))
+		for sc.Scan() {
+			f := strings.Fields(sc.Text())
+			if len(f) >= 2 && f[0] == "nameserver" {
+				if a, err := netip.ParseAddr(f[1]); err == nil && !a.IsUnspecified() {
+					out = append(out, net.JoinHostPort(a.String(), "53"))
+				}
 			}
-			n++
 		}
-		b.WriteString(line)
-		b.WriteByte('\n')
 	}
-	return b.Bytes(), n
+	if len(out) == 0 {
+		for _, ns := range FallbackNameservers {
+			out = append(out, net.JoinHostPort(ns, "53"))
+		}
+	}
+	return out
 }

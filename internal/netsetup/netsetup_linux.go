@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -28,11 +30,16 @@ const lockPath = "/run/forkbox-netsetup.lock"
 // kernel on every Attach, so a new Manager after a daemon restart sees the
 // links of sandboxes that kept running. Safe for concurrent use.
 type Manager struct {
-	subnet netip.Prefix
-	mtu    int // of the host's default-route interface, 0 for the kernel default
+	subnet    netip.Prefix
+	mtu       int // of the host's default-route interface, 0 for the kernel default
+	upstreams []string
+	log       *slog.Logger
 
 	mu   sync.Mutex // serializes Attach within the process
 	next uint32     // block to try first on the next Attach
+
+	rmu       sync.Mutex
+	resolvers map[string]*resolver // by sandbox id, for attached sandboxes
 }
 
 // New prepares host-wide state and returns a Manager: it sets
@@ -53,8 +60,12 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	if err := installRules(cfg.Subnet); err != nil {
 		return nil, err
 	}
-	return &Manager{subnet: cfg.Subnet, mtu: defaultRouteMTU()}, nil
+	return &Manager{subnet: cfg.Subnet, mtu: defaultRouteMTU(), upstreams: cfg.DNSUpstreams, log: cfg.Logger,
+		resolvers: map[string]*resolver{}}, nil
 }
+
+// ResolverAddr is the nameserver that sandboxes with internet access use.
+func (m *Manager) ResolverAddr() netip.Addr { return ResolverAddr(m.subnet) }
 
 // LoopbackUp brings lo up in the network namespace of pid. Every sandbox
 // needs it; a sandbox without internet access needs nothing else.
@@ -79,12 +90,13 @@ func (m *Manager) LoopbackUp(pid int) error {
 	return nil
 }
 
-// Attach gives the network namespace of pid access to the outside world: a
-// veth pair whose host side is named after id (with id as its alias, see
-// Links) and whose peer is "eth0" in the namespace, a free /30 of the subnet
-// (host .1, sandbox .2) and a default route via the host. On error nothing is
-// left behind. Attaching an id that is attached already is ErrConflict.
-func (m *Manager) Attach(ctx context.Context, id string, pid int) (_ *Link, err error) {
+// Attach gives the network namespace of pid access to the outside world
+// under egress policy p: a veth pair whose host side is named after id (with
+// id as its alias, see Links) and whose peer is "eth0" in the namespace, a
+// free /30 of the subnet (host .1, sandbox .2), a default route via the
+// host, the policy's nftables chain and a resolver. On error nothing is left
+// behind. Attaching an id that is attached already is ErrConflict.
+func (m *Manager) Attach(ctx context.Context, id string, pid int, p Policy) (_ *Link, err error) {
 	if id == "" {
 		return nil, errdefs.InvalidArgument("netsetup: empty sandbox id")
 	}
@@ -107,6 +119,7 @@ func (m *Manager) Attach(ctx context.Context, id string, pid int) (_ *Link, err 
 	if err != nil {
 		return nil, err
 	}
+	used[0] = true // ResolverAddr's
 	i, ok := pickBlock(m.subnet, used, m.next)
 	if !ok {
 		return nil, errdefs.ResourceExhausted("netsetup: no free /30 left in %s", m.subnet)
@@ -150,6 +163,12 @@ func (m *Manager) Attach(ctx context.Context, id string, pid int) (_ *Link, err 
 	if err := writeSysctl("/proc/sys/net/ipv6/conf/"+name+"/disable_ipv6", "1"); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("netsetup: disable IPv6 on %s: %w", name, err)
 	}
+	// Strict reverse-path filtering: packets from the sandbox carry its
+	// own address, or are dropped (no posing as another sandbox to its
+	// resolver).
+	if err := writeSysctl("/proc/sys/net/ipv4/conf/"+name+"/rp_filter", "1"); err != nil {
+		return nil, fmt.Errorf("netsetup: rp_filter on %s: %w", name, err)
+	}
 	if err := netlink.AddrAdd(veth, &netlink.Addr{IPNet: ipNet(hostIP)}); err != nil {
 		return nil, fmt.Errorf("netsetup: address %s on %s: %w", hostIP, name, err)
 	}
@@ -187,14 +206,91 @@ func (m *Manager) Attach(ctx context.Context, id string, pid int) (_ *Link, err 
 		return nil, fmt.Errorf("netsetup: eth0 of pid %d: %w", pid, err)
 	}
 
+	link := &Link{HostIf: name, HostIP: hostIP, SandboxIP: sandboxIP, Policy: p}
+	if err := m.serve(id, link, true); err != nil {
+		return nil, err
+	}
 	m.next = i + 1
-	return &Link{HostIf: name, HostIP: hostIP, SandboxIP: sandboxIP}, nil
+	return link, nil
+}
+
+// serve applies link's policy and starts its resolver (replacing one that
+// runs for id).
+func (m *Manager) serve(id string, link *Link, flushNames bool) error {
+	if err := applyPolicy(link.HostIf, link.Policy, flushNames); err != nil {
+		return err
+	}
+	r, err := startResolver(link, link.Policy, m.upstreams, m.log)
+	if err != nil {
+		removePolicy(link.HostIf)
+		return fmt.Errorf("netsetup: resolver of sandbox %s: %w", id, err)
+	}
+	m.rmu.Lock()
+	old := m.resolvers[id]
+	m.resolvers[id] = r
+	m.rmu.Unlock()
+	if old != nil {
+		old.stop()
+	}
+	return nil
+}
+
+// Adopt takes over the network of a sandbox attached by an earlier daemon
+// (link as Attach returned it): its policy chain is rewritten and its
+// resolver started again.
+func (m *Manager) Adopt(id string, link *Link) error {
+	if link == nil {
+		return nil
+	}
+	if _, err := netlink.LinkByName(link.HostIf); err != nil {
+		return fmt.Errorf("netsetup: link %s of sandbox %s: %w", link.HostIf, id, err)
+	}
+	m.rmu.Lock()
+	r := m.resolvers[id]
+	delete(m.resolvers, id)
+	m.rmu.Unlock()
+	if r != nil {
+		r.stop() // the port must be free for the new one
+	}
+	return m.serve(id, link, false)
+}
+
+// SetPolicy changes the egress policy of attached sandbox id (link as Attach
+// returned it) and records it in link. Packets after it returns follow the
+// new policy; connections the new policy refuses stop passing. Addresses
+// answered for allowed names are forgotten when the names change.
+func (m *Manager) SetPolicy(id string, link *Link, p Policy) error {
+	if link == nil {
+		return errdefs.FailedPrecondition("netsetup: sandbox %s has no network to apply a policy to", id)
+	}
+	flush := !slices.Equal(link.Policy.AllowNames, p.AllowNames)
+	if err := applyPolicy(link.HostIf, p, flush); err != nil {
+		return err
+	}
+	m.rmu.Lock()
+	r := m.resolvers[id]
+	m.rmu.Unlock()
+	if r != nil {
+		r.setPolicy(p)
+	}
+	link.Policy = p
+	return nil
 }
 
 // Detach removes the host side of id's veth pair; the kernel removes the peer
 // with it. It is idempotent: a link that is gone already is no error.
 func (m *Manager) Detach(id string) error {
 	name := hostIfName(id)
+	m.rmu.Lock()
+	r := m.resolvers[id]
+	delete(m.resolvers, id)
+	m.rmu.Unlock()
+	if r != nil {
+		r.stop()
+	}
+	if err := removePolicy(name); err != nil {
+		return err
+	}
 	l, err := netlink.LinkByName(name)
 	if err == nil {
 		err = netlink.LinkDel(l)

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -70,13 +71,19 @@ func startSandbox(t testing.TB) int {
 // attach attaches a new sandbox id to pid and detaches it at cleanup.
 func attach(t testing.TB, m *Manager, pid int) (string, *Link) {
 	t.Helper()
+	return attachWith(t, m, pid, Policy{})
+}
+
+// attachWith is attach with egress policy p.
+func attachWith(t testing.TB, m *Manager, pid int, p Policy) (string, *Link) {
+	t.Helper()
 	id := fmt.Sprintf("fbxtest-%x", rand.Uint64())
 	t.Cleanup(func() {
 		if err := m.Detach(id); err != nil {
 			t.Errorf("cleanup: %v", err)
 		}
 	})
-	l, err := m.Attach(context.Background(), id, pid)
+	l, err := m.Attach(context.Background(), id, pid, p)
 	if err != nil {
 		t.Fatalf("Attach: %v", err)
 	}
@@ -201,15 +208,32 @@ func serve(t testing.TB, pid int, addr string) string {
 type outside struct {
 	ns     netns.NsHandle
 	hostIP netip.Addr // the host's end of the veth
+	ip     netip.Addr // the outside's end
 	addr   string     // the server, ip:port
 }
 
 func newOutside(t testing.TB) *outside {
 	t.Helper()
+	return newOutsideIn(t, netip.MustParsePrefix("198.18.0.0/16"))
+}
+
+// newOutsideIn is newOutside on a random /30 of pool (one that holds no
+// address of this host yet).
+func newOutsideIn(t testing.TB, pool netip.Prefix) *outside {
+	t.Helper()
 	r := rand.Uint32N(1 << 14)
+	var hostIP, outIP netip.Prefix
+	for try := 0; ; try++ {
+		hostIP, outIP = block(pool, rand.Uint32N(1<<(30-pool.Bits())))
+		if addrs, _ := netlink.AddrList(nil, netlink.FAMILY_V4); !slices.ContainsFunc(addrs, func(a netlink.Addr) bool {
+			ip, _ := netip.AddrFromSlice(a.IP)
+			return netip.PrefixFrom(hostIP.Addr(), 30).Masked().Contains(ip.Unmap())
+		}) || try > 20 {
+			break
+		}
+	}
 	name := fmt.Sprintf("fbxtest-out-%04x", r)
 	hostIf, peerIf := fmt.Sprintf("fbt%04xh", r), fmt.Sprintf("fbt%04xo", r)
-	hostIP, outIP := block(netip.MustParsePrefix("198.18.0.0/16"), r)
 
 	var ns netns.NsHandle
 	var nsErr error
@@ -240,7 +264,7 @@ func newOutside(t testing.TB) *outside {
 	must(t, waitOperUp(context.Background(), func() (netlink.Link, error) { return netlink.LinkByName(hostIf) }))
 	must(t, waitOperUp(context.Background(), func() (netlink.Link, error) { return h.LinkByName(peerIf) }))
 
-	o := &outside{ns: ns, hostIP: hostIP.Addr()}
+	o := &outside{ns: ns, hostIP: hostIP.Addr(), ip: outIP.Addr()}
 	var ln net.Listener
 	must(t, inNetns(ns, func() { ln, err = net.Listen("tcp", net.JoinHostPort(outIP.Addr().String(), "0")) }))
 	if err != nil {
@@ -449,7 +473,7 @@ func TestDetach(t *testing.T) {
 		}
 	}
 	// Attaching again after Detach works.
-	if _, err := m.Attach(context.Background(), id, pid); err != nil {
+	if _, err := m.Attach(context.Background(), id, pid, Policy{}); err != nil {
 		t.Fatalf("Attach after Detach: %v", err)
 	}
 	must(t, m.Detach(id))
@@ -471,17 +495,25 @@ func TestNewIdempotent(t *testing.T) {
 	out := newOutside(t)
 	pid := startSandbox(t)
 	must(t, m.LoopbackUp(pid))
-	attach(t, m, pid)
+	id, _ := attach(t, m, pid)
 
+	ours := policyChainPrefix + hostIfName(id)
 	first := ruleCounts(t)
-	want := map[string]int{"input": 2, "forward": 4, "postrouting": 1}
-	if fmt.Sprint(first) != fmt.Sprint(want) {
+	if first[ours] != 1 {
+		t.Fatalf("the sandbox's policy chain: %v", first)
+	}
+	want := map[string]int{"input": 4, "forward": 6 + len(DeniedByDefault), "prerouting": 2, "postrouting": 1}
+	if fmt.Sprint(baseChains(first)) != fmt.Sprint(want) {
 		t.Fatalf("rules per chain %v; want %v", first, want)
 	}
 	for range 2 {
 		newManager(t)
 	}
-	if again := ruleCounts(t); fmt.Sprint(again) != fmt.Sprint(want) {
+	again := ruleCounts(t)
+	if again[ours] != 1 {
+		t.Fatalf("the sandbox's policy chain did not survive New: %v", again)
+	}
+	if fmt.Sprint(baseChains(again)) != fmt.Sprint(want) {
 		t.Fatalf("after New x3: rules per chain %v; want %v", again, want)
 	}
 	tables, err := c.ListTables()
@@ -504,6 +536,18 @@ func btoi(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// baseChains keeps the base chains of a ruleCounts result (not the policy
+// chains of sandboxes, which other tests may be running).
+func baseChains(counts map[string]int) map[string]int {
+	out := map[string]int{}
+	for k, v := range counts {
+		if !strings.HasPrefix(k, policyChainPrefix) {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 func ruleCounts(t *testing.T) map[string]int {
@@ -535,7 +579,7 @@ func TestAllocation(t *testing.T) {
 	for i := range 3 {
 		wg.Go(func() {
 			ids[i] = fmt.Sprintf("fbxtest-%x", rand.Uint64())
-			links[i], _ = m.Attach(context.Background(), ids[i], pids[i])
+			links[i], _ = m.Attach(context.Background(), ids[i], pids[i], Policy{})
 		})
 	}
 	wg.Wait()
@@ -545,11 +589,11 @@ func TestAllocation(t *testing.T) {
 			t.Fatalf("Attach %d failed", i)
 		}
 	}
-	if _, err := m.Attach(context.Background(), ids[0], pids[3]); !errors.Is(err, errdefs.ErrConflict) {
+	if _, err := m.Attach(context.Background(), ids[0], pids[3], Policy{}); !errors.Is(err, errdefs.ErrConflict) {
 		t.Fatalf("Attach of an attached id: %v; want ErrConflict", err)
 	}
 
-	if _, err := m.Attach(context.Background(), "fbxtest-host", os.Getpid()); !errors.Is(err, errdefs.ErrInvalidArgument) {
+	if _, err := m.Attach(context.Background(), "fbxtest-host", os.Getpid(), Policy{}); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Fatalf("Attach of a pid in the host netns: %v; want ErrInvalidArgument", err)
 	}
 
@@ -582,7 +626,7 @@ func BenchmarkAttachDetach(b *testing.B) {
 	var att, det []time.Duration
 	for b.Loop() {
 		t0 := time.Now()
-		if _, err := m.Attach(context.Background(), id, pid); err != nil {
+		if _, err := m.Attach(context.Background(), id, pid, Policy{}); err != nil {
 			b.Fatal(err)
 		}
 		t1 := time.Now()

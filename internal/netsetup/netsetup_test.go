@@ -1,9 +1,13 @@
 package netsetup
 
 import (
+	"errors"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/forkbox/forkbox/internal/errdefs"
 )
 
 func TestHostIfName(t *testing.T) {
@@ -57,18 +61,62 @@ func TestConfigDefaults(t *testing.T) {
 	}
 }
 
-func TestFilterResolvConf(t *testing.T) {
-	in := "# Generated\nnameserver 127.0.0.53\noptions edns0 trust-ad\nsearch example.internal\n"
-	out, n := filterResolvConf([]byte(in))
-	if n != 0 || strings.Contains(string(out), "\nnameserver 127") || !strings.Contains(string(out), "search example.internal\n") {
-		t.Fatalf("stub only: n=%d\n%s", n, out)
+func TestSandboxResolvConf(t *testing.T) {
+	got := string(SandboxResolvConf(netip.MustParseAddr("10.88.0.1")))
+	if !strings.HasSuffix(got, "\nnameserver 10.88.0.1\n") || strings.Count(got, "nameserver ") != 1 {
+		t.Fatalf("sandbox resolv.conf:\n%s", got)
 	}
-	in = "nameserver ::1\nnameserver fe80::1%eth0\nnameserver 192.0.2.53\nnameserver 2001:db8::53\n"
-	out, n = filterResolvConf([]byte(in))
-	if n != 2 || !strings.Contains(string(out), "\nnameserver 192.0.2.53\n") || strings.Contains(string(out), "\nnameserver ::1") {
-		t.Fatalf("mixed: n=%d\n%s", n, out)
+	if ns := hostNameservers(); len(ns) == 0 {
+		t.Fatal("no upstream nameserver")
 	}
-	if got := ResolvConf(); !strings.Contains(string(got), "nameserver ") {
-		t.Fatalf("ResolvConf names no nameserver:\n%s", got)
+	if a := ResolverAddr(netip.MustParsePrefix("10.88.0.0/16")); a.String() != "10.88.0.1" {
+		t.Fatalf("resolver address %s", a)
+	}
+}
+
+func TestParsePolicy(t *testing.T) {
+	p, err := ParsePolicy([]string{"10.1.2.3", "192.168.0.0/16", "PyPI.org.", "*.pythonhosted.org", "10.1.2.3/32"}, []string{"203.0.113.0/24", "::ffff:198.51.100.7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "allow [10.1.2.3/32 192.168.0.0/16] names [*.pythonhosted.org pypi.org] deny [198.51.100.7/32 203.0.113.0/24]"
+	if got := fmt.Sprintf("allow %v names %v deny %v", p.AllowCIDRs, p.AllowNames, p.DenyCIDRs); got != want {
+		t.Fatalf("parsed %s\nwant   %s", got, want)
+	}
+	if !p.AllowList() {
+		t.Fatal("a policy with names is not an allow-list")
+	}
+	for name, want := range map[string]bool{
+		"pypi.org": true, "PYPI.ORG.": true, "files.pythonhosted.org.": true, "a.b.pythonhosted.org": true,
+		"pythonhosted.org": false, "evilpypi.org": false, "pypi.org.evil.com": false, "example.com": false,
+	} {
+		if p.NameAllowed(name) != want {
+			t.Errorf("NameAllowed(%q) = %v", name, !want)
+		}
+	}
+	if def := (Policy{}); def.AllowList() || !def.NameAllowed("anything.example") {
+		t.Fatal("the default policy refuses names")
+	}
+	for _, bad := range [][2][]string{
+		{{"fd00::/8"}, nil},
+		{{"localhost"}, nil},
+		{{"bad_-.example..com"}, nil},
+		{{"*"}, nil},
+		{{"-x.example.com"}, nil},
+		{nil, {"pypi.org"}},
+		{nil, {"10.0.0.0/33"}},
+		{make([]string, MaxPolicyEntries+1), nil},
+	} {
+		if _, err := ParsePolicy(bad[0], bad[1]); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("ParsePolicy(%q, %q) = %v; want invalid argument", bad[0], bad[1], err)
+		}
+	}
+	// Rebinding: a name's address in a default-denied range stays denied
+	// unless an allow_out CIDR covers it.
+	if !deniedByDefault(netip.MustParseAddr("169.254.169.254")) || deniedByDefault(netip.MustParseAddr("198.51.100.7")) {
+		t.Fatal("default denials")
+	}
+	if !p.allowsAddr(netip.MustParseAddr("192.168.3.4")) || p.allowsAddr(netip.MustParseAddr("10.1.2.4")) {
+		t.Fatal("allowsAddr")
 	}
 }

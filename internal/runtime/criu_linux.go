@@ -257,7 +257,7 @@ func (r *Runtime) RestoreMemory(ctx context.Context, h *criu.Host, spec Spec, cr
 	}
 	if spec.AllowInternet {
 		undo.add(func() error { return r.cfg.Net.Detach(spec.ID) })
-		link, err := r.cfg.Net.Attach(ctx, spec.ID, info.PID)
+		link, err := r.cfg.Net.Attach(ctx, spec.ID, info.PID, spec.Egress)
 		if err != nil {
 			return nil, fmt.Errorf("network: %w", err)
 		}

@@ -55,7 +55,9 @@ type Spec struct {
 	Limits        Limits
 	DiskMB        int64
 	AllowInternet bool
-	Env           []string // KEY=VALUE added to the image's env for every process
+	// Egress is the egress policy of a sandbox with internet access.
+	Egress netsetup.Policy
+	Env    []string // KEY=VALUE added to the image's env for every process
 	// FromFS, when set, is a tar of a writable layer (ExportFS) that the new
 	// sandbox starts with: a cold boot from a filesystem snapshot.
 	FromFS string

@@ -20,6 +20,7 @@ import (
 
 	"github.com/forkbox/forkbox/internal/agent"
 	"github.com/forkbox/forkbox/internal/durable"
+	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/netsetup"
 	"github.com/forkbox/forkbox/internal/sandboxinit"
 	"github.com/forkbox/forkbox/internal/userns"
@@ -251,7 +252,7 @@ func (r *Runtime) Create(ctx context.Context, spec Spec) (info *Info, err error)
 	}
 	if spec.AllowInternet {
 		undo.add(func() error { return r.cfg.Net.Detach(spec.ID) })
-		link, err := r.cfg.Net.Attach(ctx, spec.ID, pid)
+		link, err := r.cfg.Net.Attach(ctx, spec.ID, pid, spec.Egress)
 		if err != nil {
 			return nil, fmt.Errorf("network: %w", err)
 		}
@@ -637,7 +638,10 @@ func (r *Runtime) prepareRoot(ctx context.Context, spec Spec, info *Info, userns
 	if spec.AllowInternet {
 		// Name resolution for sandboxes that may reach the network,
 		// written without following what the image has at that name.
-		if err := writeInRoot(rootfs, "etc/resolv.conf", netsetup.ResolvConf(), 0o644, root, root); err != nil {
+		if r.cfg.Net == nil {
+			return "", "", nil, errors.New("runtime has no network manager")
+		}
+		if err := writeInRoot(rootfs, "etc/resolv.conf", netsetup.SandboxResolvConf(r.cfg.Net.ResolverAddr()), 0o644, root, root); err != nil {
 			return "", "", nil, fmt.Errorf("write resolv.conf: %w", err)
 		}
 	}
@@ -740,6 +744,13 @@ func (r *Runtime) reap(id string, wait func() string) {
 func (r *Runtime) Adopt(ctx context.Context, id string, info *Info) error {
 	if err := r.adopt(id, info, true); err != nil {
 		return err
+	}
+	// Its policy chain is rewritten and its resolver started again (the
+	// last daemon's went with it).
+	if info.Link != nil && r.cfg.Net != nil {
+		if err := r.cfg.Net.Adopt(id, info.Link); err != nil {
+			r.log.Warn("network of an adopted sandbox", "sandbox", id, "err", err)
+		}
 	}
 	// A sandbox from before the device allow-list gets it now; one that has
 	// it is left as is.
@@ -853,6 +864,15 @@ func (r *Runtime) Usage(id string) Usage {
 // exec.
 func (r *Runtime) OOMKills(id string) int64 {
 	return newCgroups(r.cfg.CgroupParent, id).oomKills()
+}
+
+// SetEgress applies egress policy p to running sandbox id (info as Create
+// returned it; its Link records the policy, for the caller to persist).
+func (r *Runtime) SetEgress(id string, info *Info, p netsetup.Policy) error {
+	if r.cfg.Net == nil || info.Link == nil {
+		return errdefs.FailedPrecondition("sandbox %s has no internet access to apply a network policy to", id)
+	}
+	return r.cfg.Net.SetPolicy(id, info.Link, p)
 }
 
 // SandboxDirs lists the sandbox directories on disk (for startup cleanup of
