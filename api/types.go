@@ -19,18 +19,21 @@ const (
 // CreateSandboxRequest is the body of POST /v1/sandboxes. Pointer fields are
 // optional; the daemon fills defaults and validates ranges.
 type CreateSandboxRequest struct {
-	Name                string            `json:"name,omitempty"`
-	Image               string            `json:"image,omitempty"`
-	SnapshotID          string            `json:"snapshot_id,omitempty"`
-	CPUs                *float64          `json:"cpus,omitempty"`
-	MemoryMB            *int64            `json:"memory_mb,omitempty"`
-	DiskMB              *int64            `json:"disk_mb,omitempty"`
-	PIDsLimit           *int64            `json:"pids_limit,omitempty"`
-	TimeoutSecs         *int64            `json:"timeout_secs,omitempty"`
-	MaxLifetimeSecs     *int64            `json:"max_lifetime_secs,omitempty"`
-	AllowInternetAccess bool              `json:"allow_internet_access,omitempty"`
-	Env                 map[string]string `json:"env,omitempty"`
-	Labels              map[string]string `json:"labels,omitempty"`
+	Name                string   `json:"name,omitempty"`
+	Image               string   `json:"image,omitempty"`
+	SnapshotID          string   `json:"snapshot_id,omitempty"`
+	CPUs                *float64 `json:"cpus,omitempty"`
+	MemoryMB            *int64   `json:"memory_mb,omitempty"`
+	DiskMB              *int64   `json:"disk_mb,omitempty"`
+	PIDsLimit           *int64   `json:"pids_limit,omitempty"`
+	TimeoutSecs         *int64   `json:"timeout_secs,omitempty"`
+	MaxLifetimeSecs     *int64   `json:"max_lifetime_secs,omitempty"`
+	AllowInternetAccess bool     `json:"allow_internet_access,omitempty"`
+	// Network refines what a sandbox with internet access may reach
+	// (default: the public internet only).
+	Network *NetworkPolicy    `json:"network,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
+	Labels  map[string]string `json:"labels,omitempty"`
 	// AutoResume (default true): a call that needs a suspended sandbox
 	// running resumes it; false makes such calls answer 409.
 	AutoResume *bool `json:"auto_resume,omitempty"`
@@ -54,6 +57,7 @@ type Sandbox struct {
 	TimeoutSecs         int64             `json:"timeout_secs"`
 	MaxLifetimeSecs     int64             `json:"max_lifetime_secs,omitempty"`
 	AllowInternetAccess bool              `json:"allow_internet_access"`
+	Network             *NetworkPolicy    `json:"network,omitempty"`
 	AutoResume          bool              `json:"auto_resume"`
 	Env                 map[string]string `json:"env,omitempty"`
 	Labels              map[string]string `json:"labels,omitempty"`
@@ -61,6 +65,28 @@ type Sandbox struct {
 	LastActiveAt        time.Time         `json:"last_active_at"`
 	TerminatedAt        *time.Time        `json:"terminated_at,omitempty"`
 	Usage               *Usage            `json:"usage,omitempty"`
+}
+
+// NetworkPolicy is the egress policy of a sandbox with internet access. By
+// default it reaches the public internet only: loopback, link-local (the
+// cloud metadata address among them), RFC 1918, CGNAT, multicast and
+// reserved ranges are refused, as are the host and other sandboxes.
+// AllowOut entries (IPv4 addresses, CIDRs, domain names, "*.example.com"
+// for every name under example.com) are reachable even where a default or
+// DenyOut covers them; DenyOut entries (addresses, CIDRs) are refused. A
+// domain name in AllowOut makes the policy an allow-list: only allowed
+// names resolve, and every destination not allowed is refused.
+type NetworkPolicy struct {
+	AllowOut []string `json:"allow_out,omitempty"`
+	DenyOut  []string `json:"deny_out,omitempty"`
+}
+
+// UpdateSandboxRequest is the body of PATCH /v1/sandboxes/{sandbox}. Absent
+// fields are left as they are.
+type UpdateSandboxRequest struct {
+	// Network replaces the egress policy (an empty object: the default);
+	// it applies to a running sandbox at once.
+	Network *NetworkPolicy `json:"network,omitempty"`
 }
 
 // Usage reports what a running sandbox consumes now.
@@ -188,6 +214,9 @@ type SnapshotList struct {
 type ForkRequest struct {
 	Count int      `json:"count"`
 	Names []string `json:"names,omitempty"`
+	// Network gives the branches an egress policy; by default they keep
+	// the source's.
+	Network *NetworkPolicy `json:"network,omitempty"`
 }
 
 // ForkResult answers a fork: the memory snapshot and the new sandboxes.

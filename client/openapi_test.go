@@ -40,6 +40,8 @@ var documented = map[string]reflect.Type{
 	"Snapshot":             reflect.TypeFor[api.Snapshot](),
 	"SnapshotList":         reflect.TypeFor[api.SnapshotList](),
 	"ForkRequest":          reflect.TypeFor[api.ForkRequest](),
+	"NetworkPolicy":        reflect.TypeFor[api.NetworkPolicy](),
+	"UpdateSandboxRequest": reflect.TypeFor[api.UpdateSandboxRequest](),
 	"ForkResult":           reflect.TypeFor[api.ForkResult](),
 	"CreatePoolRequest":    reflect.TypeFor[api.CreatePoolRequest](),
 	"Pool":                 reflect.TypeFor[api.Pool](),
@@ -69,7 +71,7 @@ var documented = map[string]reflect.Type{
 
 // requestBodies are decoded strictly by the daemon, so their schemas must
 // forbid unknown properties.
-var requestBodies = []string{"CreateSandboxRequest", "ExecRequest", "RunCodeRequest", "CreateContextRequest",
+var requestBodies = []string{"CreateSandboxRequest", "UpdateSandboxRequest", "NetworkPolicy", "ExecRequest", "RunCodeRequest", "CreateContextRequest",
 	"CheckpointRequest", "ForkRequest", "CreatePoolRequest", "Recipe", "RecipeStep", "CopyStep",
 	"ChatRequest", "CreateConversationRequest"}
 

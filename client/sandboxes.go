@@ -59,6 +59,16 @@ func (c *Client) GetSandbox(ctx context.Context, sandbox string) (*api.Sandbox, 
 	return &sb, nil
 }
 
+// UpdateSandbox changes a sandbox's settings (its egress policy): PATCH
+// /v1/sandboxes/{sandbox}.
+func (c *Client) UpdateSandbox(ctx context.Context, sandbox string, req api.UpdateSandboxRequest) (*api.Sandbox, error) {
+	var sb api.Sandbox
+	if err := c.doJSON(ctx, http.MethodPatch, sandboxPath(sandbox, ""), nil, req, &sb); err != nil {
+		return nil, err
+	}
+	return &sb, nil
+}
+
 // DeleteSandbox terminates a sandbox and frees everything it holds. It
 // returns the sandbox in its final (terminated) state.
 func (c *Client) DeleteSandbox(ctx context.Context, sandbox string) (*api.Sandbox, error) {

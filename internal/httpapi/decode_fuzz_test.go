@@ -28,6 +28,7 @@ import (
 	"github.com/forkbox/forkbox/internal/build"
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/image"
+	"github.com/forkbox/forkbox/internal/netsetup"
 	"github.com/forkbox/forkbox/internal/runtime"
 	"github.com/forkbox/forkbox/internal/sandbox"
 	"github.com/forkbox/forkbox/internal/store"
@@ -47,6 +48,7 @@ var fuzzRequestTypes = []struct {
 	new  func() any
 }{
 	{"CreateSandboxRequest", func() any { return new(api.CreateSandboxRequest) }},
+	{"UpdateSandboxRequest", func() any { return new(api.UpdateSandboxRequest) }},
 	{"ExecRequest", func() any { return new(api.ExecRequest) }},
 	{"RunCodeRequest", func() any { return new(api.RunCodeRequest) }},
 	{"CreateContextRequest", func() any { return new(api.CreateContextRequest) }},
@@ -226,11 +228,12 @@ type fuzzRuntime struct{}
 func (fuzzRuntime) Create(context.Context, runtime.Spec) (*runtime.Info, error) {
 	return nil, errors.New("no runtime in the fuzz tests")
 }
-func (fuzzRuntime) Adopt(context.Context, string, *runtime.Info) error   { return nil }
-func (fuzzRuntime) Destroy(context.Context, string, *runtime.Info) error { return nil }
-func (fuzzRuntime) Usage(string) runtime.Usage                           { return runtime.Usage{} }
-func (fuzzRuntime) OOMKills(string) int64                                { return 0 }
-func (fuzzRuntime) SandboxDirs() ([]string, error)                       { return nil, nil }
+func (fuzzRuntime) Adopt(context.Context, string, *runtime.Info) error     { return nil }
+func (fuzzRuntime) Destroy(context.Context, string, *runtime.Info) error   { return nil }
+func (fuzzRuntime) Usage(string) runtime.Usage                             { return runtime.Usage{} }
+func (fuzzRuntime) OOMKills(string) int64                                  { return 0 }
+func (fuzzRuntime) SetEgress(string, *runtime.Info, netsetup.Policy) error { return nil }
+func (fuzzRuntime) SandboxDirs() ([]string, error)                         { return nil, nil }
 
 type fuzzImages struct{}
 

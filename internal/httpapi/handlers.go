@@ -67,6 +67,19 @@ func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+func (s *Server) updateSandbox(w http.ResponseWriter, r *http.Request) error {
+	var req api.UpdateSandboxRequest
+	if err := s.decodeJSON(w, r, &req); err != nil {
+		return err
+	}
+	sb, err := s.mgr.Update(r.Context(), r.PathValue("sandbox"), &req)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, sb)
+	return nil
+}
+
 func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) error {
 	sb, err := s.mgr.Delete(r.Context(), r.PathValue("sandbox"))
 	if err != nil {

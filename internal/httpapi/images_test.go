@@ -28,6 +28,7 @@ import (
 	"github.com/forkbox/forkbox/client"
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/image"
+	"github.com/forkbox/forkbox/internal/netsetup"
 	"github.com/forkbox/forkbox/internal/runtime"
 	"github.com/forkbox/forkbox/internal/sandbox"
 	"github.com/forkbox/forkbox/internal/store"
@@ -41,11 +42,12 @@ type nopRuntime struct{}
 func (nopRuntime) Create(context.Context, runtime.Spec) (*runtime.Info, error) {
 	return nil, errors.New("no runtime in this test")
 }
-func (nopRuntime) Adopt(context.Context, string, *runtime.Info) error   { return nil }
-func (nopRuntime) Destroy(context.Context, string, *runtime.Info) error { return nil }
-func (nopRuntime) Usage(string) runtime.Usage                           { return runtime.Usage{} }
-func (nopRuntime) OOMKills(string) int64                                { return 0 }
-func (nopRuntime) SandboxDirs() ([]string, error)                       { return nil, nil }
+func (nopRuntime) Adopt(context.Context, string, *runtime.Info) error     { return nil }
+func (nopRuntime) Destroy(context.Context, string, *runtime.Info) error   { return nil }
+func (nopRuntime) Usage(string) runtime.Usage                             { return runtime.Usage{} }
+func (nopRuntime) OOMKills(string) int64                                  { return 0 }
+func (nopRuntime) SetEgress(string, *runtime.Info, netsetup.Policy) error { return nil }
+func (nopRuntime) SandboxDirs() ([]string, error)                         { return nil, nil }
 
 // fakeImages is an image store in memory.
 type fakeImages struct {

@@ -114,6 +114,7 @@ func (s *Server) routes() {
 	h("POST /v1/sandboxes", s.createSandbox)
 	h("GET /v1/sandboxes", s.listSandboxes)
 	h("GET /v1/sandboxes/{sandbox}", s.getSandbox)
+	h("PATCH /v1/sandboxes/{sandbox}", s.updateSandbox)
 	h("DELETE /v1/sandboxes/{sandbox}", s.deleteSandbox)
 	h("POST /v1/sandboxes/{sandbox}/exec", s.exec)
 	h("GET /v1/sandboxes/{sandbox}/files", s.readFile)

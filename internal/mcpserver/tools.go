@@ -34,6 +34,8 @@ type createSandboxIn struct {
 	MemoryMB            *int64            `json:"memory_mb,omitempty" jsonschema:"Memory limit in MiB."`
 	TimeoutSecs         *int64            `json:"timeout_secs,omitempty" jsonschema:"Idle timeout in seconds: after this long without calls the sandbox is suspended (named) or terminated (unnamed)."`
 	AllowInternetAccess bool              `json:"allow_internet_access,omitempty" jsonschema:"Let code in the sandbox reach the internet (default false: no network)."`
+	AllowOut            []string          `json:"allow_out,omitempty" jsonschema:"With internet access: destinations to allow beyond the public internet (IPv4 addresses, CIDRs), or domain names (*.pypi.org) to allow only those."`
+	DenyOut             []string          `json:"deny_out,omitempty" jsonschema:"With internet access: IPv4 addresses or CIDRs to refuse."`
 	Env                 map[string]string `json:"env,omitempty" jsonschema:"Environment variables for everything run in the sandbox."`
 	Labels              map[string]string `json:"labels,omitempty" jsonschema:"Labels (key: value) to find the sandbox by with list_sandboxes."`
 }
@@ -269,10 +271,14 @@ func needSandbox(sb string) error {
 }
 
 func (t *tools) createSandbox(ctx context.Context, in createSandboxIn) (*mcp.CallToolResult, any, error) {
-	sb, err := t.b.CreateSandbox(ctx, api.CreateSandboxRequest{
+	req := api.CreateSandboxRequest{
 		Name: in.Name, Image: in.Image, SnapshotID: in.SnapshotID, CPUs: in.CPUs, MemoryMB: in.MemoryMB,
 		TimeoutSecs: in.TimeoutSecs, AllowInternetAccess: in.AllowInternetAccess, Env: in.Env, Labels: in.Labels,
-	})
+	}
+	if len(in.AllowOut) > 0 || len(in.DenyOut) > 0 {
+		req.Network = &api.NetworkPolicy{AllowOut: in.AllowOut, DenyOut: in.DenyOut}
+	}
+	sb, err := t.b.CreateSandbox(ctx, req)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -31,6 +31,7 @@ import (
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/image"
 	"github.com/forkbox/forkbox/internal/keylock"
+	"github.com/forkbox/forkbox/internal/netsetup"
 	"github.com/forkbox/forkbox/internal/runtime"
 	"github.com/forkbox/forkbox/internal/snapshot"
 	"github.com/forkbox/forkbox/internal/store"
@@ -57,6 +58,9 @@ type Runtime interface {
 	Usage(id string) runtime.Usage
 	OOMKills(id string) int64
 	SandboxDirs() ([]string, error)
+	// SetEgress applies an egress policy to a running sandbox with
+	// internet access, recording it in info.
+	SetEgress(id string, info *runtime.Info, p netsetup.Policy) error
 }
 
 // Images is what the Manager needs from the image store.
@@ -246,6 +250,10 @@ func (m *Manager) validate(req *api.CreateSandboxRequest) (store.Spec, error) {
 	if req.Name != "" && (!nameRE.MatchString(req.Name) || strings.HasPrefix(req.Name, "sbx_")) {
 		return spec, errdefs.InvalidArgument("name: %q must match %s and not start with sbx_", req.Name, nameRE)
 	}
+	if err := checkNetwork(req.Network, req.AllowInternetAccess); err != nil {
+		return spec, err
+	}
+	spec.Network = req.Network
 	if req.CPUs != nil {
 		if *req.CPUs < 0.1 || *req.CPUs > 64 {
 			return spec, rangeErr("cpus", *req.CPUs, 0.1, 64)
@@ -388,6 +396,7 @@ func (m *Manager) create(ctx context.Context, req *api.CreateSandboxRequest, ver
 		Limits:        m.limits(spec),
 		DiskMB:        spec.DiskMB,
 		AllowInternet: spec.AllowInternetAccess,
+		Egress:        egress(spec),
 		Env:           env,
 		FromFS:        fromFS,
 		UIDBase:       spec.UIDBase,
@@ -525,7 +534,8 @@ func (m *Manager) view(sb *store.Sandbox) *api.Sandbox {
 		ID: sb.ID, Name: sb.Name, State: sb.State, StateReason: sb.StateReason, Image: sb.Image,
 		SnapshotID: sb.SnapshotID, CPUs: sb.Spec.CPUs, MemoryMB: sb.Spec.MemoryMB, DiskMB: sb.Spec.DiskMB,
 		PIDsLimit: sb.Spec.PIDsLimit, TimeoutSecs: sb.Spec.TimeoutSecs, MaxLifetimeSecs: sb.Spec.MaxLifetimeSecs,
-		AllowInternetAccess: sb.Spec.AllowInternetAccess, Env: maps.Clone(sb.Spec.Env), Labels: maps.Clone(sb.Spec.Labels),
+		AllowInternetAccess: sb.Spec.AllowInternetAccess, Network: sb.Spec.Network,
+		Env: maps.Clone(sb.Spec.Env), Labels: maps.Clone(sb.Spec.Labels),
 		AutoResume: !sb.Spec.NoAutoResume,
 		CreatedAt:  sb.CreatedAt, LastActiveAt: sb.LastActiveAt, TerminatedAt: sb.TerminatedAt,
 	}

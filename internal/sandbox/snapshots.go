@@ -327,6 +327,11 @@ func (m *Manager) restoreSource(ctx context.Context, req *api.CreateSandboxReque
 	out := sn.Spec
 	out.Labels = spec.Labels
 	out.AllowInternetAccess = spec.AllowInternetAccess
+	// The snapshot's egress policy carries over unless the request gives
+	// one; without internet access there is none.
+	if req.Network != nil || !out.AllowInternetAccess {
+		out.Network = spec.Network
+	}
 	out.Env = sn.Spec.Env
 	for k, v := range spec.Env {
 		if out.Env == nil {
@@ -410,6 +415,18 @@ func (m *Manager) Fork(ctx context.Context, ref string, req *api.ForkRequest) (*
 		}
 		seen[n] = true
 	}
+	if err := checkNetwork(req.Network, true); err != nil {
+		return nil, err
+	}
+	if req.Network != nil {
+		src, err := m.store.Get(ctx, ref)
+		if err != nil {
+			return nil, err
+		}
+		if err := checkNetwork(req.Network, src.Spec.AllowInternetAccess); err != nil {
+			return nil, err
+		}
+	}
 	sn, err := m.Checkpoint(ctx, ref, &api.CheckpointRequest{Type: api.SnapshotMemory, Name: "fork"})
 	if err != nil {
 		return nil, err
@@ -434,7 +451,9 @@ func (m *Manager) Fork(ctx context.Context, ref string, req *api.ForkRequest) (*
 			// A panic in one branch fails the fork (and is logged with its
 			// stack) rather than the whole daemon.
 			defer recoverTo(m.log, &errs[i], "fork branch")
-			creq := &api.CreateSandboxRequest{SnapshotID: sn.ID}
+			// Branches keep the source's internet access, and its
+			// egress policy unless the fork gives one.
+			creq := &api.CreateSandboxRequest{SnapshotID: sn.ID, AllowInternetAccess: rec.Spec.AllowInternetAccess, Network: req.Network}
 			if len(req.Names) > 0 {
 				creq.Name = req.Names[i]
 			}

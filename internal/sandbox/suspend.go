@@ -271,6 +271,7 @@ func (m *Manager) Resume(ctx context.Context, ref string) (*api.Sandbox, error) 
 		Limits:        m.limits(sb.Spec),
 		DiskMB:        sb.Spec.DiskMB,
 		AllowInternet: sb.Spec.AllowInternetAccess,
+		Egress:        egress(sb.Spec),
 		FromFS:        m.snapshotFS(snap.ID),
 		UIDBase:       sb.Spec.UIDBase,
 		FromFSBase:    sb.Spec.UIDBase,

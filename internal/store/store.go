@@ -14,6 +14,8 @@ import (
 	"context"
 	"encoding/json"
 	"time"
+
+	"github.com/forkbox/forkbox/api"
 )
 
 // Sandbox is one sandbox's durable record.
@@ -38,15 +40,17 @@ type Sandbox struct {
 
 // Spec is what the user asked for, with defaults filled in.
 type Spec struct {
-	CPUs                float64           `json:"cpus"`
-	MemoryMB            int64             `json:"memory_mb"`
-	DiskMB              int64             `json:"disk_mb"`
-	PIDsLimit           int64             `json:"pids_limit"`
-	TimeoutSecs         int64             `json:"timeout_secs"`
-	MaxLifetimeSecs     int64             `json:"max_lifetime_secs,omitempty"`
-	AllowInternetAccess bool              `json:"allow_internet_access"`
-	Env                 map[string]string `json:"env,omitempty"`
-	Labels              map[string]string `json:"labels,omitempty"`
+	CPUs                float64 `json:"cpus"`
+	MemoryMB            int64   `json:"memory_mb"`
+	DiskMB              int64   `json:"disk_mb"`
+	PIDsLimit           int64   `json:"pids_limit"`
+	TimeoutSecs         int64   `json:"timeout_secs"`
+	MaxLifetimeSecs     int64   `json:"max_lifetime_secs,omitempty"`
+	AllowInternetAccess bool    `json:"allow_internet_access"`
+	// Network is the egress policy as the user gave it (nil: the default).
+	Network *api.NetworkPolicy `json:"network,omitempty"`
+	Env     map[string]string  `json:"env,omitempty"`
+	Labels  map[string]string  `json:"labels,omitempty"`
 	// NoAutoResume: calls that need the sandbox running answer 409 while it
 	// is suspended instead of resuming it.
 	NoAutoResume bool `json:"no_auto_resume,omitempty"`

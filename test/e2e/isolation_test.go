@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -187,15 +188,36 @@ func TestIsolationBetweenSandboxes(t *testing.T) {
 // a veth to the host with a benchmark-range address and an HTTP server.
 type outside struct {
 	ns   string
+	ip   string
 	addr string // ip:port of the server
 }
 
+// usedOutsides are the n of live outsides (one test may make several).
+var (
+	outsidesMu   sync.Mutex
+	usedOutsides = map[int]bool{}
+)
+
 func newOutside(t *testing.T) *outside {
 	t.Helper()
-	n := rand.Intn(200) + 20
+	return newOutsideAt(t, func(n int) (string, string) { return fmt.Sprintf("198.18.%d.1", n), fmt.Sprintf("198.18.%d.2", n) })
+}
+
+// newOutsideAt is newOutside on the /30 of the host and namespace addresses
+// that addrs gives for a random n in [20, 60).
+func newOutsideAt(t *testing.T, addrs func(n int) (host, ns string)) *outside {
+	t.Helper()
+	outsidesMu.Lock()
+	n := rand.Intn(40) + 20
+	for usedOutsides[n] {
+		n = rand.Intn(40) + 20
+	}
+	usedOutsides[n] = true
+	outsidesMu.Unlock()
+	t.Cleanup(func() { outsidesMu.Lock(); delete(usedOutsides, n); outsidesMu.Unlock() })
 	ns := fmt.Sprintf("fbxe2e-out-%d", n)
 	hostIf, nsIf := fmt.Sprintf("e2eouth%d", n), fmt.Sprintf("e2eoutn%d", n)
-	hostIP, nsIP := fmt.Sprintf("198.18.%d.1", n), fmt.Sprintf("198.18.%d.2", n)
+	hostIP, nsIP := addrs(n)
 	cmds := [][]string{
 		{"ip", "netns", "add", ns},
 		{"ip", "link", "add", hostIf, "type", "veth", "peer", "name", nsIf},
@@ -224,7 +246,7 @@ func newOutside(t *testing.T) *outside {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Process.Kill(); srv.Wait() })
-	o := &outside{ns: ns, addr: nsIP + ":8099"}
+	o := &outside{ns: ns, ip: nsIP, addr: nsIP + ":8099"}
 	// Wait until the server answers from the host.
 	for i := 0; ; i++ {
 		resp, err := (&http.Client{Timeout: time.Second}).Get("http://" + o.addr + "/hello.txt")

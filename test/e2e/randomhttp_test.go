@@ -82,6 +82,7 @@ func rhRoutes() []*rhRoute {
 		{method: "POST", pattern: "/v1/sandboxes", weight: 6, body: rhCreateSandboxBody},
 		{method: "GET", pattern: "/v1/sandboxes", weight: 3, query: rhListQuery},
 		{method: "GET", pattern: "/v1/sandboxes/{sandbox}", weight: 4},
+		{method: "PATCH", pattern: "/v1/sandboxes/{sandbox}", weight: 2, body: rhUpdateSandboxBody},
 		{method: "DELETE", pattern: "/v1/sandboxes/{sandbox}", weight: 2, destructive: true},
 		{method: "POST", pattern: "/v1/sandboxes/{sandbox}/exec", weight: 9, body: rhExecBody, stream: "exec"},
 		{method: "GET", pattern: "/v1/sandboxes/{sandbox}/files", weight: 4, query: rhFileQuery},
@@ -567,10 +568,38 @@ func rhCreateSandboxBody(g *rhGen) rhBody {
 		{"timeout_secs", func(g *rhGen) any { return g.num(1, 5, 60, 600, 0, 7*24*3600+1) }},
 		{"max_lifetime_secs", func(g *rhGen) any { return g.num(0, 2, 30, 3600, -1) }},
 		{"allow_internet_access", func(g *rhGen) any { return g.num(true, false) }},
+		{"network", func(g *rhGen) any { return rhNetwork(g) }},
 		{"env", func(g *rhGen) any { return g.envMap() }},
 		{"labels", func(g *rhGen) any { return g.labels() }},
 		{"auto_resume", func(g *rhGen) any { return g.num(true, false) }},
 		{"pool", func(g *rhGen) any { return g.st.poolRef(g, false) }},
+	}, nil)
+}
+
+// rhNetwork is an egress policy, valid or not (never one that reaches a
+// real host: the sandboxes of this test get only test-range and garbage
+// destinations).
+func rhNetwork(g *rhGen) any {
+	entry := func() any {
+		return rhPick(g, "198.51.100.7", "203.0.113.0/24", "10.0.0.0/8", "169.254.169.254", "*.fbx.test", "ok.fbx.test",
+			"fd00::/8", "0.0.0.0/0", "999.1.1.1", "10.0.0.0/33", "-bad-.test", "", "*", g.weird())
+	}
+	switch g.n(5) {
+	case 0:
+		return map[string]any{}
+	case 1:
+		return map[string]any{"allow_out": []any{entry(), entry()}}
+	case 2:
+		return map[string]any{"deny_out": []any{entry()}, "allow_out": []any{entry()}}
+	case 3:
+		return map[string]any{"allow_out": entry()}
+	}
+	return g.garbage()
+}
+
+func rhUpdateSandboxBody(g *rhGen) rhBody {
+	return g.jsonBody([]rhField{
+		{"network", func(g *rhGen) any { return rhNetwork(g) }},
 	}, nil)
 }
 
@@ -643,6 +672,7 @@ func rhCheckpointBody(g *rhGen) rhBody {
 func rhForkBody(g *rhGen) rhBody {
 	return g.jsonBody([]rhField{
 		{"!count", func(g *rhGen) any { return g.num(1, 2, 1, 0, -1, 17) }},
+		{"network", func(g *rhGen) any { return rhNetwork(g) }},
 		{"names", func(g *rhGen) any {
 			switch g.n(4) {
 			case 0:

@@ -1475,6 +1475,34 @@ func secNetwork(t *testing.T) {
 		stillServes(t, i.ID)
 		stillServes(t, j.ID)
 	})
+
+	attack(t, "internet-to-link-local-and-lan", "forwarded: a review got the cloud metadata service's answer at 169.254.169.254, and every RFC 1918 host of the operator's LAN was reachable", func(t *testing.T) {
+		// Listeners of the test's own, in namespaces it makes: a link-local
+		// one (never the platform's metadata address) and a LAN one.
+		ll := newOutsideAt(t, func(n int) (string, string) { return fmt.Sprintf("169.254.%d.1", n), fmt.Sprintf("169.254.%d.2", n) })
+		lan := newOutsideAt(t, func(n int) (string, string) { return fmt.Sprintf("10.250.%d.1", n), fmt.Sprintf("10.250.%d.2", n) })
+		for _, o := range []*outside{ll, lan} {
+			if res := run(t, shared, i.ID, "python3", "-c", strings.Replace(fetchPy, "timeout=3", "timeout=1.5", 1), "http://"+o.addr+"/hello.txt"); !strings.HasPrefix(res.Stdout, "FAILED") {
+				t.Errorf("i reached %s: %q", o.addr, res.Stdout)
+			}
+		}
+		// Port 53 of the host is open to sandboxes only for each one's own
+		// resolver: i asking j's gets nothing.
+		res := run(t, shared, i.ID, "python3", "-c", `import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(1.5)
+q = bytes.fromhex('abcd01000001000000000000') + b'\x07example\x03com\x00' + bytes.fromhex('00010001')
+s.sendto(q, (sys.argv[1], 53))
+try:
+    s.recv(512)
+    print('answered')
+except socket.timeout:
+    print('timeout')`, lj.hostIP)
+		if strings.TrimSpace(res.Stdout) != "timeout" {
+			t.Errorf("i asking j's resolver: %+v", res)
+		}
+		stillServes(t, i.ID)
+	})
 }
 
 // ---------------------------------------------------------------------------

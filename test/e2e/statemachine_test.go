@@ -196,6 +196,9 @@ func smOps() []smOp {
 			return e.json("POST", sbx(s, "/fork"), api.ForkRequest{Count: 2})
 		}},
 		{"snapshots", func(e *smEnv, s *smSubject) smResult { return e.json("GET", "/v1/snapshots?sandbox="+s.id, nil) }},
+		{"update-network", func(e *smEnv, s *smSubject) smResult {
+			return e.json("PATCH", sbx(s, ""), api.UpdateSandboxRequest{Network: &api.NetworkPolicy{}})
+		}},
 		// A pool claim and a create that ask for the subject's name: a
 		// conflict while the subject lives, a new sandbox once it is gone.
 		{"pool-claim", func(e *smEnv, s *smSubject) smResult {

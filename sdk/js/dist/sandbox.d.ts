@@ -17,7 +17,7 @@
  * @module
  */
 import { Transport, type CallOptions, type ConnectionOptions } from "./http.js";
-import { type CheckpointKind, type CodeContext, type CommandResult, type Execution, type ExecutionError, type FileInfo, type Result, type SandboxInfo, type SandboxState, type Snapshot, type WriteInfo } from "./types.js";
+import { type CheckpointKind, type CodeContext, type CommandResult, type Execution, type ExecutionError, type FileInfo, type NetworkPolicy, type Result, type SandboxInfo, type SandboxState, type Snapshot, type WriteInfo } from "./types.js";
 /** Options of {@link Sandbox.create}: the sandbox's settings and the connection. */
 export interface SandboxCreateOptions extends ConnectionOptions, CallOptions {
     /**
@@ -39,6 +39,8 @@ export interface SandboxCreateOptions extends ConnectionOptions, CallOptions {
     maxLifetimeSecs?: number;
     /** Network access to the outside (default false). */
     allowInternetAccess?: boolean;
+    /** What a sandbox with internet access may reach (default: the public internet only). */
+    network?: NetworkPolicy;
     env?: Record<string, string>;
     labels?: Record<string, string>;
     /**
@@ -107,6 +109,8 @@ export interface CheckpointOptions extends CallOptions {
 export interface ForkOptions extends CallOptions {
     /** Names for the branches: as many distinct names as branches. */
     names?: string[];
+    /** An egress policy for the branches; by default they keep this sandbox's. */
+    network?: NetworkPolicy;
 }
 /** The branches of a fork, with the memory snapshot they started from. */
 export type ForkedSandboxes = Sandbox[] & {
@@ -221,6 +225,11 @@ export declare class Sandbox implements AsyncDisposable {
      * CPU and RAM. It keeps its id and name; {@link resume} brings it back.
      */
     suspend(opts?: CallOptions): Promise<SandboxInfo>;
+    /**
+     * Replaces the egress policy (an empty one: the default). A running
+     * sandbox follows it at once.
+     */
+    setNetwork(policy: NetworkPolicy, opts?: CallOptions): Promise<SandboxInfo>;
     /** Restores a suspended sandbox with its files, processes and variables. */
     resume(opts?: CallOptions): Promise<SandboxInfo>;
     /** Terminates the sandbox and frees everything it holds. */

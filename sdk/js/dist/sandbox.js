@@ -18,7 +18,7 @@
  */
 import { errorFromEventData, InvalidArgumentError, NotFoundError } from "./errors.js";
 import { eventData, sandboxPath, Transport } from "./http.js";
-import { toCodeContext, toCommandResult, toExecution, toExecutionError, toFileInfo, toResult, toSandboxInfo, toSnapshot, } from "./types.js";
+import { networkWire, toCodeContext, toCommandResult, toExecution, toExecutionError, toFileInfo, toResult, toSandboxInfo, toSnapshot, } from "./types.js";
 // Node 18.18+ and 20.4+ define Symbol.asyncDispose; older runtimes get the
 // symbol TypeScript's `await using` helper looks for.
 Symbol.asyncDispose ??= Symbol.for("Symbol.asyncDispose");
@@ -39,6 +39,8 @@ function createBody(o) {
     set("max_lifetime_secs", o.maxLifetimeSecs);
     if (o.allowInternetAccess)
         b.allow_internet_access = true;
+    if (o.network)
+        b.network = networkWire(o.network);
     set("env", o.env);
     set("labels", o.labels);
     set("auto_resume", o.autoResume);
@@ -310,6 +312,8 @@ export class Sandbox {
         const body = { count: n };
         if (opts.names)
             body.names = opts.names;
+        if (opts.network)
+            body.network = networkWire(opts.network);
         const w = await this.transport.json({ method: "POST", path: this.path("/fork"), json: body, signal: opts.signal });
         const branches = (w.sandboxes ?? []).map((s) => new Sandbox(this.transport, toSandboxInfo(s)));
         return Object.assign(branches, { snapshot: toSnapshot(w.snapshot ?? {}) });
@@ -320,6 +324,13 @@ export class Sandbox {
      */
     async suspend(opts = {}) {
         return this.setInfo(await this.transport.json({ method: "POST", path: this.path("/suspend"), signal: opts.signal }));
+    }
+    /**
+     * Replaces the egress policy (an empty one: the default). A running
+     * sandbox follows it at once.
+     */
+    async setNetwork(policy, opts = {}) {
+        return this.setInfo(await this.transport.json({ method: "PATCH", path: this.path(), json: { network: networkWire(policy) }, signal: opts.signal }));
     }
     /** Restores a suspended sandbox with its files, processes and variables. */
     async resume(opts = {}) {

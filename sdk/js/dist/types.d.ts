@@ -32,6 +32,8 @@ export interface SandboxInfo {
     timeoutSecs: number;
     maxLifetimeSecs?: number;
     allowInternetAccess: boolean;
+    /** The egress policy; absent: the default (the public internet only). */
+    network?: NetworkPolicy;
     autoResume: boolean;
     env: Record<string, string>;
     labels: Record<string, string>;
@@ -236,3 +238,16 @@ export declare function toImageInfo(w: Wire): ImageInfo;
 export declare function toBuildEvent(w: Wire, name: string): BuildEvent;
 /** @internal */
 export declare function toPoolInfo(w: Wire): PoolInfo;
+/**
+ * The egress policy of a sandbox with internet access. By default it
+ * reaches the public internet only (no LAN, link-local or cloud metadata
+ * address, no host). `allowOut` takes IPv4 addresses, CIDRs and domain
+ * names (`*.pypi.org`; a name makes the policy an allow-list) and wins over
+ * the defaults and `denyOut` (addresses, CIDRs).
+ */
+export interface NetworkPolicy {
+    allowOut?: string[];
+    denyOut?: string[];
+}
+/** @internal */
+export declare function networkWire(n: NetworkPolicy): Wire;

@@ -85,6 +85,8 @@ export function toSandboxInfo(w) {
         s.name = w.name;
     if (opt(w.state_reason))
         s.stateReason = w.state_reason;
+    if (w.network)
+        s.network = { allowOut: w.network.allow_out ?? [], denyOut: w.network.deny_out ?? [] };
     if (opt(w.snapshot_id))
         s.snapshotId = w.snapshot_id;
     if (w.max_lifetime_secs)
@@ -232,4 +234,13 @@ export function toPoolInfo(w) {
     if (opt(w.snapshot_id))
         p.snapshotId = w.snapshot_id;
     return p;
+}
+/** @internal */
+export function networkWire(n) {
+    const w = {};
+    if (n.allowOut?.length)
+        w.allow_out = n.allowOut;
+    if (n.denyOut?.length)
+        w.deny_out = n.denyOut;
+    return w;
 }

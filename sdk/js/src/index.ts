@@ -70,6 +70,7 @@ export {
   type FileInfo,
   type ImageInfo,
   type Logs,
+  type NetworkPolicy,
   type PoolInfo,
   type Result,
   type SandboxInfo,

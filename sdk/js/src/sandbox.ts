@@ -20,6 +20,7 @@
 import { errorFromEventData, InvalidArgumentError, NotFoundError } from "./errors.js";
 import { eventData, sandboxPath, Transport, type CallOptions, type ConnectionOptions, type RequestBody } from "./http.js";
 import {
+  networkWire,
   toCodeContext,
   toCommandResult,
   toExecution,
@@ -34,6 +35,7 @@ import {
   type Execution,
   type ExecutionError,
   type FileInfo,
+  type NetworkPolicy,
   type Result,
   type SandboxInfo,
   type SandboxState,
@@ -67,6 +69,8 @@ export interface SandboxCreateOptions extends ConnectionOptions, CallOptions {
   maxLifetimeSecs?: number;
   /** Network access to the outside (default false). */
   allowInternetAccess?: boolean;
+  /** What a sandbox with internet access may reach (default: the public internet only). */
+  network?: NetworkPolicy;
   env?: Record<string, string>;
   labels?: Record<string, string>;
   /**
@@ -141,6 +145,8 @@ export interface CheckpointOptions extends CallOptions {
 export interface ForkOptions extends CallOptions {
   /** Names for the branches: as many distinct names as branches. */
   names?: string[];
+  /** An egress policy for the branches; by default they keep this sandbox's. */
+  network?: NetworkPolicy;
 }
 
 /** The branches of a fork, with the memory snapshot they started from. */
@@ -176,6 +182,7 @@ function createBody(o: SandboxCreateOptions): Wire {
   set("timeout_secs", o.timeoutSecs);
   set("max_lifetime_secs", o.maxLifetimeSecs);
   if (o.allowInternetAccess) b.allow_internet_access = true;
+  if (o.network) b.network = networkWire(o.network);
   set("env", o.env);
   set("labels", o.labels);
   set("auto_resume", o.autoResume);
@@ -461,6 +468,7 @@ export class Sandbox implements AsyncDisposable {
   async fork(n: number, opts: ForkOptions = {}): Promise<ForkedSandboxes> {
     const body: Wire = { count: n };
     if (opts.names) body.names = opts.names;
+    if (opts.network) body.network = networkWire(opts.network);
     const w = await this.transport.json<Wire>({ method: "POST", path: this.path("/fork"), json: body, signal: opts.signal });
     const branches = (w.sandboxes ?? []).map((s: Wire) => new Sandbox(this.transport, toSandboxInfo(s)));
     return Object.assign(branches, { snapshot: toSnapshot(w.snapshot ?? {}) });
@@ -472,6 +480,16 @@ export class Sandbox implements AsyncDisposable {
    */
   async suspend(opts: CallOptions = {}): Promise<SandboxInfo> {
     return this.setInfo(await this.transport.json<Wire>({ method: "POST", path: this.path("/suspend"), signal: opts.signal }));
+  }
+
+  /**
+   * Replaces the egress policy (an empty one: the default). A running
+   * sandbox follows it at once.
+   */
+  async setNetwork(policy: NetworkPolicy, opts: CallOptions = {}): Promise<SandboxInfo> {
+    return this.setInfo(
+      await this.transport.json<Wire>({ method: "PATCH", path: this.path(), json: { network: networkWire(policy) }, signal: opts.signal }),
+    );
   }
 
   /** Restores a suspended sandbox with its files, processes and variables. */

@@ -43,6 +43,8 @@ export interface SandboxInfo {
   timeoutSecs: number;
   maxLifetimeSecs?: number;
   allowInternetAccess: boolean;
+  /** The egress policy; absent: the default (the public internet only). */
+  network?: NetworkPolicy;
   autoResume: boolean;
   env: Record<string, string>;
   labels: Record<string, string>;
@@ -298,6 +300,7 @@ export function toSandboxInfo(w: Wire): SandboxInfo {
   };
   if (opt(w.name)) s.name = w.name;
   if (opt(w.state_reason)) s.stateReason = w.state_reason;
+  if (w.network) s.network = { allowOut: w.network.allow_out ?? [], denyOut: w.network.deny_out ?? [] };
   if (opt(w.snapshot_id)) s.snapshotId = w.snapshot_id;
   if (w.max_lifetime_secs) s.maxLifetimeSecs = w.max_lifetime_secs;
   if (w.terminated_at) s.terminatedAt = date(w.terminated_at);
@@ -438,4 +441,24 @@ export function toPoolInfo(w: Wire): PoolInfo {
   };
   if (opt(w.snapshot_id)) p.snapshotId = w.snapshot_id;
   return p;
+}
+
+/**
+ * The egress policy of a sandbox with internet access. By default it
+ * reaches the public internet only (no LAN, link-local or cloud metadata
+ * address, no host). `allowOut` takes IPv4 addresses, CIDRs and domain
+ * names (`*.pypi.org`; a name makes the policy an allow-list) and wins over
+ * the defaults and `denyOut` (addresses, CIDRs).
+ */
+export interface NetworkPolicy {
+  allowOut?: string[];
+  denyOut?: string[];
+}
+
+/** @internal */
+export function networkWire(n: NetworkPolicy): Wire {
+  const w: Wire = {};
+  if (n.allowOut?.length) w.allow_out = n.allowOut;
+  if (n.denyOut?.length) w.deny_out = n.denyOut;
+  return w;
 }

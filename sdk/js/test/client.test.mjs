@@ -177,6 +177,16 @@ describe("connection", () => {
     assert.equal(requests[0].headers["authorization"], undefined);
   });
 
+  test("egress policy: on create, and setNetwork as a PATCH", async () => {
+    route("POST /v1/sandboxes", (_, res) => json(res, 201, SBX));
+    const sb = await Sandbox.create({ apiUrl: url, allowInternetAccess: true, network: { allowOut: ["*.pypi.org"] } });
+    assert.deepEqual(body(requests[0]), { allow_internet_access: true, network: { allow_out: ["*.pypi.org"] } });
+    route("PATCH /v1/sandboxes/sbx_1", (_, res) => json(res, 200, { ...SBX, network: { deny_out: ["10.0.0.0/8"] } }));
+    const info = await sb.setNetwork({ denyOut: ["10.0.0.0/8"] });
+    assert.deepEqual(body(requests[1]), { network: { deny_out: ["10.0.0.0/8"] } });
+    assert.deepEqual(info.network, { allowOut: [], denyOut: ["10.0.0.0/8"] });
+  });
+
   test("address and key come from FORKBOX_URL and FORKBOX_API_KEY", async () => {
     route("GET /v1/sandboxes/session-alice", (_, res) => json(res, 200, SBX));
     const saved = [process.env.FORKBOX_URL, process.env.FORKBOX_API_KEY];

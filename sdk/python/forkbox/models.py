@@ -71,7 +71,7 @@ class SandboxInfo(_Record):
 
     _fields = ("id", "name", "state", "state_reason", "image", "snapshot_id", "cpus", "memory_mb",
                "disk_mb", "pids_limit", "timeout_secs", "max_lifetime_secs", "allow_internet_access",
-               "auto_resume", "env", "labels", "created_at", "last_active_at", "terminated_at", "usage")
+               "network", "auto_resume", "env", "labels", "created_at", "last_active_at", "terminated_at", "usage")
 
 
 class CommandResult(_Record):

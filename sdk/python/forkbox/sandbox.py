@@ -225,6 +225,7 @@ class Sandbox:
                env: Optional[Mapping[str, str]] = None, labels: Optional[Mapping[str, str]] = None,
                pool: Optional[str] = None, *, pids_limit: Optional[int] = None,
                max_lifetime_secs: Optional[int] = None, auto_resume: Optional[bool] = None,
+               network: Optional[Mapping[str, Any]] = None,
                url: Optional[str] = None, api_key: Optional[str] = None, client: Optional[Client] = None,
                request_timeout: Optional[float] = None) -> "Sandbox":
         """Starts a sandbox and returns it running.
@@ -234,6 +235,9 @@ class Sandbox:
         variables, a filesystem one a cold boot with the files). ``name``
         makes it a named sandbox, suspended rather than terminated when idle
         for ``timeout_secs``; ``pool`` takes a ready one from a warm pool.
+        ``network`` ({"allow_out": [...], "deny_out": [...]}) is the egress
+        policy of a sandbox with ``allow_internet_access`` (default: the
+        public internet only).
         ``url`` and ``api_key`` default to FORKBOX_URL and FORKBOX_API_KEY."""
         c = resolve_client(client, url, api_key, request_timeout)
         if isinstance(snapshot_id, Snapshot):
@@ -245,6 +249,7 @@ class Sandbox:
             "disk_mb": disk_mb, "timeout_secs": timeout_secs, "pids_limit": pids_limit,
             "max_lifetime_secs": max_lifetime_secs, "env": dict(env) if env else None,
             "labels": dict(labels) if labels else None, "pool": pool, "auto_resume": auto_resume,
+            "network": dict(network) if network is not None else None,
         })
         if allow_internet_access:
             body["allow_internet_access"] = True
@@ -441,11 +446,25 @@ class Sandbox:
         """This sandbox's snapshots, newest first."""
         return Snapshot.list(self.id, client=self._client)
 
-    def fork(self, n: int = 1, names: Optional[Iterable[str]] = None) -> ForkResult:
+    def set_network(self, allow_out: Optional[Iterable[str]] = None,
+                    deny_out: Optional[Iterable[str]] = None) -> SandboxInfo:
+        """Replaces the egress policy (both empty: the default, the public
+        internet only). IPv4 addresses and CIDRs in either list, domain
+        names (``*.pypi.org``) in ``allow_out``, which make it an
+        allow-list. A running sandbox follows it at once."""
+        body = {"network": compact({"allow_out": list(allow_out) if allow_out else None,
+                                    "deny_out": list(deny_out) if deny_out else None})}
+        self._info = SandboxInfo(self._client.request_json("PATCH", sandbox_path(self.id), None, body))
+        return self._info
+
+    def fork(self, n: int = 1, names: Optional[Iterable[str]] = None,
+             network: Optional[Mapping[str, Any]] = None) -> ForkResult:
         """Takes a memory snapshot and starts ``n`` new sandboxes from it
         (named by ``names`` when given), each then diverging on its own.
+        They keep this sandbox's egress policy unless ``network`` gives one.
         Returns them as a list with the snapshot as ``.snapshot``."""
-        body = compact({"count": int(n), "names": list(names) if names is not None else None})
+        body = compact({"count": int(n), "names": list(names) if names is not None else None,
+                        "network": dict(network) if network is not None else None})
         doc = self._client.request_json("POST", sandbox_path(self.id, "/fork"), None, body) or {}
         snap = Snapshot(doc["snapshot"], self._client) if doc.get("snapshot") else None
         return ForkResult((Sandbox(SandboxInfo(s), self._client) for s in doc.get("sandboxes") or []), snap)

@@ -80,7 +80,7 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    do_GET = do_POST = do_PUT = do_DELETE = _serve
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
 
 
 class StubServer(ThreadingHTTPServer):

@@ -92,6 +92,17 @@ class SandboxTest(StubTest):
         self.assertEqual(self.last().json(), {"snapshot_id": "snap_9", "name": "session-alice"})
         self.assertEqual(sb.name, "session-alice")
 
+    def test_network_policy(self):
+        self.route("POST", "/v1/sandboxes", json_answer(201, SB))
+        sb = Sandbox.create(allow_internet_access=True, network={"allow_out": ["*.pypi.org"]}, client=self.c)
+        self.assertEqual(self.last().json(), {"allow_internet_access": True, "network": {"allow_out": ["*.pypi.org"]}})
+        self.route("PATCH", "/v1/sandboxes/sbx_1", json_answer(200, dict(SB, network={"deny_out": ["10.0.0.0/8"]})))
+        info = sb.set_network(deny_out=["10.0.0.0/8"])
+        self.assertEqual(self.last().json(), {"network": {"deny_out": ["10.0.0.0/8"]}})
+        self.assertEqual(info.network, {"deny_out": ["10.0.0.0/8"]})
+        sb.set_network()
+        self.assertEqual(self.last().json(), {"network": {}})
+
     def test_env_configures_the_client(self):
         self.route("GET", "/v1/sandboxes/sbx_1", json_answer(200, SB))
         with mock.patch.dict(os.environ, {"FORKBOX_URL": self.srv.url, "FORKBOX_API_KEY": "envkey"}):
