@@ -51,8 +51,26 @@ func (k *Kernel) ExecuteAround(ctx context.Context, setup, code, teardown string
 	if err != nil {
 		return nil, err
 	}
+	tearDown := func() {
+		if teardown == "" {
+			return
+		}
+		// A fresh context: the cell's may have ended (timeout).
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), interruptGrace)
+		defer cancel()
+		if tex, terr := k.run(tctx, p, teardown, nil, time.Now(), true); terr != nil || tex.Error != nil {
+			p.log.Warn("cell teardown failed", "err", terr)
+		}
+	}
 	if setup != "" {
 		if ex, err := k.run(ctx, p, setup, nil, began, true); err != nil || ex.Error != nil {
+			if err == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				// The deadline fell within the setup: the cell did not run.
+				tearDown()
+				out := newExecution()
+				out.Error = timeoutError(ctx, began, " before the code started; it did not run")
+				return out, nil
+			}
 			if err == nil {
 				err = fmt.Errorf("cell setup failed: %s: %s", ex.Error.Name, ex.Error.Value)
 			}
@@ -60,13 +78,8 @@ func (k *Kernel) ExecuteAround(ctx context.Context, setup, code, teardown string
 		}
 	}
 	ex, err := k.run(ctx, p, code, onEvent, began, false)
-	if teardown != "" && err == nil {
-		// A fresh context: the cell's may have ended (timeout).
-		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), interruptGrace)
-		defer cancel()
-		if tex, terr := k.run(tctx, p, teardown, nil, time.Now(), true); terr != nil || tex.Error != nil {
-			p.log.Warn("cell teardown failed", "err", terr)
-		}
+	if err == nil {
+		tearDown()
 	}
 	return ex, err
 }

@@ -723,3 +723,25 @@ func TestExecuteAround(t *testing.T) {
 		t.Fatalf("after teardown: %s", dump(ex))
 	}
 }
+
+// TestExecuteAroundDeadlineInSetup: a deadline that falls within the setup
+// is the cell's timeout (it did not run), not a failure of the call; the
+// teardown still undoes the setup. (The random-input run got a 500 "cell
+// setup failed: TimeoutError" for a /code call with a tiny timeout.)
+func TestExecuteAroundDeadlineInSetup(t *testing.T) {
+	k := startPython(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	ex, err := k.ExecuteAround(ctx, "import os, time; os.environ['FB_Y'] = 'set'; time.sleep(5)", "print('ran')",
+		"import os; os.environ.pop('FB_Y', None)", nil)
+	if err != nil {
+		t.Fatalf("a deadline within the setup: %v; want a TimeoutError execution", err)
+	}
+	if ex.Error == nil || ex.Error.Name != "TimeoutError" || len(ex.Logs.Stdout) != 0 {
+		t.Fatalf("a deadline within the setup: %s", dump(ex))
+	}
+	ex = run(t, k, "import os; print(os.environ.get('FB_Y'))")
+	if strings.Join(ex.Logs.Stdout, "") != "None\n" {
+		t.Fatalf("the teardown did not run after the setup timed out: %s", dump(ex))
+	}
+}

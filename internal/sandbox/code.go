@@ -91,13 +91,14 @@ func (m *Manager) CreateContext(ctx context.Context, ref string, req *api.Create
 	if req.Language != "" && !languageRE.MatchString(req.Language) {
 		return nil, errdefs.InvalidArgument("language: %q is not a language or kernel name", req.Language)
 	}
-	areq := &agent.CreateContextRequest{Language: req.Language, Cwd: req.Cwd}
-	for _, k := range sortedKeys(req.Env) {
-		if !envKeyRE.MatchString(k) {
-			return nil, errdefs.InvalidArgument("env: %q is not a valid variable name", k)
-		}
-		areq.Env = append(areq.Env, k+"="+req.Env[k])
+	if strings.ContainsRune(req.Cwd, 0) {
+		return nil, errdefs.InvalidArgument("cwd: %q contains a NUL byte", req.Cwd)
 	}
+	env, err := envList(req.Env)
+	if err != nil {
+		return nil, err
+	}
+	areq := &agent.CreateContextRequest{Language: req.Language, Cwd: req.Cwd, Env: env}
 	l, release, err := m.acquire(ctx, ref)
 	if err != nil {
 		return nil, err

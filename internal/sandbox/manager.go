@@ -788,6 +788,22 @@ func (m *Manager) agentErr(l *live, err error) error {
 	return err
 }
 
+// envList checks variables given for a process (names, no NUL in values)
+// and returns them as KEY=VALUE, sorted.
+func envList(env map[string]string) ([]string, error) {
+	var out []string
+	for _, k := range sortedKeys(env) {
+		if !envKeyRE.MatchString(k) {
+			return nil, errdefs.InvalidArgument("env: %q is not a valid variable name", k)
+		}
+		if strings.ContainsRune(env[k], 0) {
+			return nil, errdefs.InvalidArgument("env: value of %s contains a NUL byte", k)
+		}
+		out = append(out, k+"="+env[k])
+	}
+	return out, nil
+}
+
 // ExecOptions streams output while a command runs; nil callbacks are skipped.
 type ExecOptions struct {
 	OnStdout, OnStderr func([]byte)
@@ -808,15 +824,11 @@ func (m *Manager) Exec(ctx context.Context, ref string, req *api.ExecRequest, op
 			areq.TimeoutMS = 1
 		}
 	}
-	for _, k := range sortedKeys(req.Env) {
-		if !envKeyRE.MatchString(k) {
-			return nil, errdefs.InvalidArgument("env: %q is not a valid variable name", k)
-		}
-		if strings.ContainsRune(req.Env[k], 0) {
-			return nil, errdefs.InvalidArgument("env: value of %s contains a NUL byte", k)
-		}
-		areq.Env = append(areq.Env, k+"="+req.Env[k])
+	env, err := envList(req.Env)
+	if err != nil {
+		return nil, err
 	}
+	areq.Env = env
 	for _, a := range append([]string{req.Cmd, req.Cwd}, req.Args...) {
 		if strings.ContainsRune(a, 0) {
 			return nil, errdefs.InvalidArgument("cmd, args, cwd: %q contains a NUL byte", a)

@@ -84,19 +84,20 @@ func (m *Manager) Suspend(ctx context.Context, ref, reason string) (*api.Sandbox
 		done
 	)
 	stage, img, failure := running, "", "interrupted by an internal error"
+	id := sb.ID // sb is reassigned below, and nil when that fails
 	defer func() {
 		bg := context.WithoutCancel(ctx)
 		switch stage {
 		case running, imaged:
-			m.setState(bg, sb.ID, api.StateRunning, "suspend failed: "+failure, nil)
+			m.setState(bg, id, api.StateRunning, "suspend failed: "+failure, nil)
 			if img != "" {
 				m.dropSnapshot(bg, img)
 			}
 		case freeing:
-			if err := m.rt.Destroy(bg, sb.ID, l.info); err != nil {
-				m.log.Error("free suspended sandbox", "sandbox", sb.ID, "err", err)
+			if err := m.rt.Destroy(bg, id, l.info); err != nil {
+				m.log.Error("free suspended sandbox", "sandbox", id, "err", err)
 			}
-			m.setState(bg, sb.ID, api.StateSuspended, reason, func(s *store.Sandbox) { s.SuspendImage, s.Runtime = img, nil })
+			m.setState(bg, id, api.StateSuspended, reason, func(s *store.Sandbox) { s.SuspendImage, s.Runtime = img, nil })
 		}
 	}()
 	fail := func(err error) (*api.Sandbox, error) {
@@ -124,13 +125,14 @@ func (m *Manager) Suspend(ctx context.Context, ref, reason string) (*api.Sandbox
 		return fail(err)
 	}
 	old := sb.SuspendImage
-	sb, err = m.setState(ctx, sb.ID, api.StateSuspended, reason, func(s *store.Sandbox) {
+	suspended, err := m.setState(ctx, id, api.StateSuspended, reason, func(s *store.Sandbox) {
 		s.SuspendImage = img
 		s.Runtime = nil
 	})
 	if err != nil {
 		return fail(err)
 	}
+	sb = suspended
 	stage = done
 	if old != "" && old != img {
 		m.dropSnapshot(ctx, old)
