@@ -89,6 +89,28 @@ type UpdateSandboxRequest struct {
 	Network *NetworkPolicy `json:"network,omitempty"`
 }
 
+// Port is how to reach a server listening on a port inside a sandbox:
+// GET /v1/sandboxes/{sandbox}/ports/{port}. Requests to Path (and below it)
+// are proxied to 127.0.0.1:port in the sandbox, resuming it when it is
+// suspended; they need the API key, or Token (header X-Forkbox-Token or
+// query parameter forkbox_token), unless Public.
+type Port struct {
+	Sandbox string `json:"sandbox"`
+	Port    int    `json:"port"`
+	// Path is the proxy's path on the daemon, ending in "/".
+	Path string `json:"path"`
+	// URL is Path on the address the request came to.
+	URL    string `json:"url"`
+	Token  string `json:"token"`
+	Public bool   `json:"public"`
+}
+
+// UpdatePortRequest is the body of PUT /v1/sandboxes/{sandbox}/ports/{port}.
+type UpdatePortRequest struct {
+	// Public lets anyone reach the port, without key or token.
+	Public bool `json:"public,omitempty"`
+}
+
 // Usage reports what a running sandbox consumes now.
 type Usage struct {
 	CPUSeconds      float64 `json:"cpu_seconds"`

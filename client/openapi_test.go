@@ -41,6 +41,8 @@ var documented = map[string]reflect.Type{
 	"SnapshotList":         reflect.TypeFor[api.SnapshotList](),
 	"ForkRequest":          reflect.TypeFor[api.ForkRequest](),
 	"NetworkPolicy":        reflect.TypeFor[api.NetworkPolicy](),
+	"Port":                 reflect.TypeFor[api.Port](),
+	"UpdatePortRequest":    reflect.TypeFor[api.UpdatePortRequest](),
 	"UpdateSandboxRequest": reflect.TypeFor[api.UpdateSandboxRequest](),
 	"ForkResult":           reflect.TypeFor[api.ForkResult](),
 	"CreatePoolRequest":    reflect.TypeFor[api.CreatePoolRequest](),
@@ -71,7 +73,7 @@ var documented = map[string]reflect.Type{
 
 // requestBodies are decoded strictly by the daemon, so their schemas must
 // forbid unknown properties.
-var requestBodies = []string{"CreateSandboxRequest", "UpdateSandboxRequest", "NetworkPolicy", "ExecRequest", "RunCodeRequest", "CreateContextRequest",
+var requestBodies = []string{"CreateSandboxRequest", "UpdateSandboxRequest", "NetworkPolicy", "UpdatePortRequest", "ExecRequest", "RunCodeRequest", "CreateContextRequest",
 	"CheckpointRequest", "ForkRequest", "CreatePoolRequest", "Recipe", "RecipeStep", "CopyStep",
 	"ChatRequest", "CreateConversationRequest"}
 

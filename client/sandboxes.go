@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"sort"
+	"strconv"
 
 	"github.com/forkbox/forkbox/api"
 )
@@ -109,4 +110,34 @@ func (c *Client) Resume(ctx context.Context, sandbox string) (*api.Sandbox, erro
 		return nil, err
 	}
 	return &sb, nil
+}
+
+// Port returns how to reach a server listening on port inside the sandbox:
+// its proxy URL on the daemon and its access token (made on first request).
+func (c *Client) Port(ctx context.Context, sandbox string, port int) (*api.Port, error) {
+	var p api.Port
+	if err := c.doJSON(ctx, http.MethodGet, sandboxPath(sandbox, "/ports/"+strconv.Itoa(port)), nil, nil, &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// SetPortPublic lets anyone reach port of the sandbox (public true), or
+// only holders of the API key or the port's token.
+func (c *Client) SetPortPublic(ctx context.Context, sandbox string, port int, public bool) (*api.Port, error) {
+	var p api.Port
+	if err := c.doJSON(ctx, http.MethodPut, sandboxPath(sandbox, "/ports/"+strconv.Itoa(port)), nil, api.UpdatePortRequest{Public: public}, &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// RevokePort replaces the port's token (the old one stops working at once)
+// and makes the port private.
+func (c *Client) RevokePort(ctx context.Context, sandbox string, port int) (*api.Port, error) {
+	var p api.Port
+	if err := c.doJSON(ctx, http.MethodDelete, sandboxPath(sandbox, "/ports/"+strconv.Itoa(port)), nil, nil, &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
 }

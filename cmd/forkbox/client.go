@@ -49,7 +49,7 @@ func addClientFlags(root *cobra.Command) {
 // clientCmds returns the commands that talk to a daemon.
 func clientCmds() []*cobra.Command {
 	return []*cobra.Command{createCmd(), lsCmd(), execCmd(), runCmd(), contextsCmd(), contextCmd(), cpCmd(), rmCmd(),
-		suspendCmd(), resumeCmd(), checkpointCmd(), forkCmd(), snapshotsCmd(), snapshotCmd(), poolCmd(), imageCmd()}
+		suspendCmd(), resumeCmd(), checkpointCmd(), forkCmd(), snapshotsCmd(), snapshotCmd(), poolCmd(), imageCmd(), portCmd()}
 }
 
 // newClient builds a client from the persistent flags.

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"mime"
 	"mime/multipart"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -49,6 +50,7 @@ var fuzzRequestTypes = []struct {
 }{
 	{"CreateSandboxRequest", func() any { return new(api.CreateSandboxRequest) }},
 	{"UpdateSandboxRequest", func() any { return new(api.UpdateSandboxRequest) }},
+	{"UpdatePortRequest", func() any { return new(api.UpdatePortRequest) }},
 	{"ExecRequest", func() any { return new(api.ExecRequest) }},
 	{"RunCodeRequest", func() any { return new(api.RunCodeRequest) }},
 	{"CreateContextRequest", func() any { return new(api.CreateContextRequest) }},
@@ -233,7 +235,10 @@ func (fuzzRuntime) Destroy(context.Context, string, *runtime.Info) error   { ret
 func (fuzzRuntime) Usage(string) runtime.Usage                             { return runtime.Usage{} }
 func (fuzzRuntime) OOMKills(string) int64                                  { return 0 }
 func (fuzzRuntime) SetEgress(string, *runtime.Info, netsetup.Policy) error { return nil }
-func (fuzzRuntime) SandboxDirs() ([]string, error)                         { return nil, nil }
+func (fuzzRuntime) DialPort(context.Context, string, *runtime.Info, int) (net.Conn, error) {
+	return nil, errors.New("no sandboxes here")
+}
+func (fuzzRuntime) SandboxDirs() ([]string, error) { return nil, nil }
 
 type fuzzImages struct{}
 

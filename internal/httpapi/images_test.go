@@ -13,6 +13,7 @@ import (
 	"log"
 	"log/slog"
 	"mime/multipart"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -47,7 +48,10 @@ func (nopRuntime) Destroy(context.Context, string, *runtime.Info) error   { retu
 func (nopRuntime) Usage(string) runtime.Usage                             { return runtime.Usage{} }
 func (nopRuntime) OOMKills(string) int64                                  { return 0 }
 func (nopRuntime) SetEgress(string, *runtime.Info, netsetup.Policy) error { return nil }
-func (nopRuntime) SandboxDirs() ([]string, error)                         { return nil, nil }
+func (nopRuntime) DialPort(context.Context, string, *runtime.Info, int) (net.Conn, error) {
+	return nil, errors.New("no sandboxes here")
+}
+func (nopRuntime) SandboxDirs() ([]string, error) { return nil, nil }
 
 // fakeImages is an image store in memory.
 type fakeImages struct {

@@ -7,7 +7,6 @@ package httpapi
 import (
 	"context"
 	"crypto/rand"
-	"crypto/subtle"
 	_ "embed"
 	"encoding/hex"
 	"encoding/json"
@@ -116,6 +115,10 @@ func (s *Server) routes() {
 	h("GET /v1/sandboxes/{sandbox}", s.getSandbox)
 	h("PATCH /v1/sandboxes/{sandbox}", s.updateSandbox)
 	h("DELETE /v1/sandboxes/{sandbox}", s.deleteSandbox)
+	h("GET /v1/sandboxes/{sandbox}/ports/{port}", s.getPort)
+	h("PUT /v1/sandboxes/{sandbox}/ports/{port}", s.updatePort)
+	h("DELETE /v1/sandboxes/{sandbox}/ports/{port}", s.revokePort)
+	h("/v1/sandboxes/{sandbox}/ports/{port}/{path...}", s.proxyPort)
 	h("POST /v1/sandboxes/{sandbox}/exec", s.exec)
 	h("GET /v1/sandboxes/{sandbox}/files", s.readFile)
 	h("PUT /v1/sandboxes/{sandbox}/files", s.writeFile)
@@ -169,9 +172,10 @@ func (s *Server) Handler() http.Handler {
 		s.serve(w, r, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			// The UI's files are public (they hold no secret; the page asks
 			// for the key), everything else needs the key.
-			if s.cfg.APIKey != "" && r.URL.Path != "/healthz" && !web.Public(r) {
-				got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-				if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.APIKey)) != 1 {
+			// A sandbox's exposed port also takes its own token
+			// (proxyPort checks).
+			if r.URL.Path != "/healthz" && !web.Public(r) && !portProxyRE.MatchString(r.URL.Path) {
+				if !s.keyOK(r) {
 					w.Header().Set("WWW-Authenticate", `Bearer realm="forkbox"`)
 					writeError(w, errdefs.Unauthenticated("missing or wrong API key: send Authorization: Bearer <FORKBOX_API_KEY>"))
 					s.requests.WithLabelValues("auth", "401").Inc()
@@ -278,7 +282,15 @@ func (w *statusWriter) Flush() {
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (s *Server) instrument(route string, f func(http.ResponseWriter, *http.Request) error) http.Handler {
+	// Handlers of these methods read no body; one sent anyway is read
+	// first (up to a bound), so that the connection is not reset under a
+	// long answer by the unread bytes when it closes. A port's proxy
+	// forwards its body instead.
+	ignoresBody := !strings.Contains(route, "/ports/{port}/")
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if ignoresBody && r.ContentLength != 0 && (r.Method == http.MethodGet || r.Method == http.MethodHead || r.Method == http.MethodDelete) {
+			io.CopyN(io.Discard, r.Body, drainOnRefusal)
+		}
 		sw := &statusWriter{ResponseWriter: w}
 		start := time.Now()
 		err := f(sw, r)

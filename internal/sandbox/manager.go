@@ -19,6 +19,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"net"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -61,6 +62,8 @@ type Runtime interface {
 	// SetEgress applies an egress policy to a running sandbox with
 	// internet access, recording it in info.
 	SetEgress(id string, info *runtime.Info, p netsetup.Policy) error
+	// DialPort connects to a port on the sandbox's own loopback.
+	DialPort(ctx context.Context, id string, info *runtime.Info, port int) (net.Conn, error)
 }
 
 // Images is what the Manager needs from the image store.

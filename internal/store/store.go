@@ -57,6 +57,18 @@ type Spec struct {
 	// UIDBase is the first host id of the lineage's user namespace range
 	// (set when the lineage's first sandbox starts; restores keep it).
 	UIDBase uint32 `json:"uid_base,omitempty"`
+	// Ports are the access settings of the sandbox's exposed ports, by
+	// port (made when first asked for; absent: API key only).
+	Ports map[int]PortAccess `json:"ports,omitempty"`
+}
+
+// PortAccess is who may reach one port of a sandbox through the daemon
+// besides holders of an API key.
+type PortAccess struct {
+	// Token, sent by a client, lets it through (revoking makes a new one).
+	Token string `json:"token"`
+	// Public lets everyone through.
+	Public bool `json:"public,omitempty"`
 }
 
 // Event records one state change.

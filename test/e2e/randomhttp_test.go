@@ -84,6 +84,10 @@ func rhRoutes() []*rhRoute {
 		{method: "GET", pattern: "/v1/sandboxes/{sandbox}", weight: 4},
 		{method: "PATCH", pattern: "/v1/sandboxes/{sandbox}", weight: 2, body: rhUpdateSandboxBody},
 		{method: "DELETE", pattern: "/v1/sandboxes/{sandbox}", weight: 2, destructive: true},
+		{method: "GET", pattern: "/v1/sandboxes/{sandbox}/ports/{port}", weight: 1},
+		{method: "PUT", pattern: "/v1/sandboxes/{sandbox}/ports/{port}", weight: 1, body: rhUpdatePortBody},
+		{method: "DELETE", pattern: "/v1/sandboxes/{sandbox}/ports/{port}", weight: 1},
+		{pattern: rhPortProxy, weight: 2, body: rhNoBody},
 		{method: "POST", pattern: "/v1/sandboxes/{sandbox}/exec", weight: 9, body: rhExecBody, stream: "exec"},
 		{method: "GET", pattern: "/v1/sandboxes/{sandbox}/files", weight: 4, query: rhFileQuery},
 		{method: "PUT", pattern: "/v1/sandboxes/{sandbox}/files", weight: 4, query: rhFileQuery, body: rhFileBody},
@@ -595,6 +599,15 @@ func rhNetwork(g *rhGen) any {
 		return map[string]any{"allow_out": entry()}
 	}
 	return g.garbage()
+}
+
+// rhPortProxy is the route that proxies into a sandbox's port.
+const rhPortProxy = "/v1/sandboxes/{sandbox}/ports/{port}/{path...}"
+
+func rhUpdatePortBody(g *rhGen) rhBody {
+	return g.jsonBody([]rhField{
+		{"public", func(g *rhGen) any { return g.num(true, false, 1, "yes") }},
+	}, nil)
 }
 
 func rhUpdateSandboxBody(g *rhGen) rhBody {
@@ -1144,6 +1157,10 @@ func (g *rhGen) path(rt *rhRoute, method string) string {
 		switch {
 		case p == "{sandbox}":
 			v = g.st.sandboxRef(g, rt.destructive && !strings.Contains(rt.pattern, "/files") && !strings.Contains(rt.pattern, "/contexts"))
+		case p == "{port}":
+			v = rhPick(g, "8000", "8000", "1", "65535", "0", "65536", "-1", "abc", g.garbage())
+		case p == "{path...}":
+			v = rhPick(g, "", "index.html", "a/b?x=1", "../../../v1/sandboxes", "..%2f..%2fv1", g.garbage())
 		case strings.HasPrefix(rt.pattern, "/v1/snapshots"):
 			v = g.st.snapshotRef(g, rt.destructive)
 		case strings.HasPrefix(rt.pattern, "/v1/conversations"):
@@ -1295,6 +1312,9 @@ func (run *rhRun) count(rt *rhRoute, status int) {
 // configured (a scripted model), so only memory snapshots can be off, when
 // this host has no usable CRIU.
 func (run *rhRun) unavailableOK(rt *rhRoute) bool {
+	if rt.pattern == rhPortProxy {
+		return true // nothing listens on the port in the fixtures' sandboxes
+	}
 	if run.criuOK {
 		return false
 	}
@@ -1674,6 +1694,11 @@ func TestRandomHTTP(t *testing.T) {
 	known := map[string]*rhRoute{}
 	for _, rt := range routes {
 		known[rt.key()] = rt
+		if rt.pattern == rhPortProxy { // any method; OpenAPI lists each, with {path}
+			for _, m := range []string{"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"} {
+				known[m+" "+strings.Replace(rhPortProxy, "{path...}", "{path}", 1)] = rt
+			}
+		}
 	}
 	for _, p := range rhServerRoutes(t) {
 		if known[p] == nil {

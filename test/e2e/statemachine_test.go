@@ -442,6 +442,11 @@ func TestStateMachine(t *testing.T) {
 		{api.StateSuspending, "suspend:recorded", func(s *smSubject) (string, func() smResult) {
 			return s.id, func() smResult { return e.json("POST", "/v1/sandboxes/"+s.id+"/suspend", nil) }
 		}},
+		// Its processes are gone, its record not yet suspended: a delete
+		// here used to leave the suspend's cleanup a nil record (a panic).
+		{api.StateSuspending, "suspend:freed", func(s *smSubject) (string, func() smResult) {
+			return s.id, func() smResult { return e.json("POST", "/v1/sandboxes/"+s.id+"/suspend", nil) }
+		}},
 		{api.StateResuming, "resume:recorded", func(s *smSubject) (string, func() smResult) {
 			if _, err := d.c.Suspend(ctxT(t), s.id); err != nil {
 				t.Fatal(err)
@@ -450,7 +455,7 @@ func TestStateMachine(t *testing.T) {
 		}},
 	}
 	for _, tr := range transient {
-		t.Run(tr.state, func(t *testing.T) {
+		t.Run(tr.state+"@"+tr.point, func(t *testing.T) {
 			e.t = t
 			waitPoolReady(t, d, "smpool", 1) // no refill is under way
 			s := &smSubject{}

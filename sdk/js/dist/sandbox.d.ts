@@ -17,7 +17,7 @@
  * @module
  */
 import { Transport, type CallOptions, type ConnectionOptions } from "./http.js";
-import { type CheckpointKind, type CodeContext, type CommandResult, type Execution, type ExecutionError, type FileInfo, type NetworkPolicy, type Result, type SandboxInfo, type SandboxState, type Snapshot, type WriteInfo } from "./types.js";
+import { type CheckpointKind, type CodeContext, type CommandResult, type Execution, type ExecutionError, type FileInfo, type NetworkPolicy, type PortInfo, type Result, type SandboxInfo, type SandboxState, type Snapshot, type WriteInfo } from "./types.js";
 /** Options of {@link Sandbox.create}: the sandbox's settings and the connection. */
 export interface SandboxCreateOptions extends ConnectionOptions, CallOptions {
     /**
@@ -225,6 +225,18 @@ export declare class Sandbox implements AsyncDisposable {
      * CPU and RAM. It keeps its id and name; {@link resume} brings it back.
      */
     suspend(opts?: CallOptions): Promise<SandboxInfo>;
+    /**
+     * How to reach a server listening on `port` inside the sandbox: its URL on
+     * the daemon and its token. Requests to the URL are proxied into the
+     * sandbox (resuming it when suspended) and need the API key, or the token
+     * (header `X-Forkbox-Token` or `?forkbox_token=`), unless the port is
+     * public; `opts.public` changes that first.
+     */
+    port(port: number, opts?: CallOptions & {
+        public?: boolean;
+    }): Promise<PortInfo>;
+    /** The URL that reaches `port` inside the sandbox (see {@link port}). */
+    getHost(port: number, opts?: CallOptions): Promise<string>;
     /**
      * Replaces the egress policy (an empty one: the default). A running
      * sandbox follows it at once.

@@ -326,6 +326,24 @@ export class Sandbox {
         return this.setInfo(await this.transport.json({ method: "POST", path: this.path("/suspend"), signal: opts.signal }));
     }
     /**
+     * How to reach a server listening on `port` inside the sandbox: its URL on
+     * the daemon and its token. Requests to the URL are proxied into the
+     * sandbox (resuming it when suspended) and need the API key, or the token
+     * (header `X-Forkbox-Token` or `?forkbox_token=`), unless the port is
+     * public; `opts.public` changes that first.
+     */
+    async port(port, opts = {}) {
+        const path = this.path(`/ports/${port}`);
+        const w = opts.public === undefined
+            ? await this.transport.json({ method: "GET", path, signal: opts.signal })
+            : await this.transport.json({ method: "PUT", path, json: { public: opts.public }, signal: opts.signal });
+        return { port: w.port, url: w.url, path: w.path, token: w.token, public: !!w.public };
+    }
+    /** The URL that reaches `port` inside the sandbox (see {@link port}). */
+    async getHost(port, opts = {}) {
+        return (await this.port(port, opts)).url;
+    }
+    /**
      * Replaces the egress policy (an empty one: the default). A running
      * sandbox follows it at once.
      */

@@ -251,3 +251,14 @@ export interface NetworkPolicy {
 }
 /** @internal */
 export declare function networkWire(n: NetworkPolicy): Wire;
+/** How to reach a port of a sandbox ({@link Sandbox.port}). */
+export interface PortInfo {
+    port: number;
+    /** The proxy's URL on the daemon. */
+    url: string;
+    /** The proxy's path on the daemon, ending in "/". */
+    path: string;
+    /** Lets a client through without the API key (header X-Forkbox-Token). */
+    token: string;
+    public: boolean;
+}

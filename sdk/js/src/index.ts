@@ -72,6 +72,7 @@ export {
   type Logs,
   type NetworkPolicy,
   type PoolInfo,
+  type PortInfo,
   type Result,
   type SandboxInfo,
   type SandboxState,

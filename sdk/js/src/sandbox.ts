@@ -36,6 +36,7 @@ import {
   type ExecutionError,
   type FileInfo,
   type NetworkPolicy,
+  type PortInfo,
   type Result,
   type SandboxInfo,
   type SandboxState,
@@ -480,6 +481,27 @@ export class Sandbox implements AsyncDisposable {
    */
   async suspend(opts: CallOptions = {}): Promise<SandboxInfo> {
     return this.setInfo(await this.transport.json<Wire>({ method: "POST", path: this.path("/suspend"), signal: opts.signal }));
+  }
+
+  /**
+   * How to reach a server listening on `port` inside the sandbox: its URL on
+   * the daemon and its token. Requests to the URL are proxied into the
+   * sandbox (resuming it when suspended) and need the API key, or the token
+   * (header `X-Forkbox-Token` or `?forkbox_token=`), unless the port is
+   * public; `opts.public` changes that first.
+   */
+  async port(port: number, opts: CallOptions & { public?: boolean } = {}): Promise<PortInfo> {
+    const path = this.path(`/ports/${port}`);
+    const w =
+      opts.public === undefined
+        ? await this.transport.json<Wire>({ method: "GET", path, signal: opts.signal })
+        : await this.transport.json<Wire>({ method: "PUT", path, json: { public: opts.public }, signal: opts.signal });
+    return { port: w.port, url: w.url, path: w.path, token: w.token, public: !!w.public };
+  }
+
+  /** The URL that reaches `port` inside the sandbox (see {@link port}). */
+  async getHost(port: number, opts: CallOptions = {}): Promise<string> {
+    return (await this.port(port, opts)).url;
   }
 
   /**

@@ -462,3 +462,15 @@ export function networkWire(n: NetworkPolicy): Wire {
   if (n.denyOut?.length) w.deny_out = n.denyOut;
   return w;
 }
+
+/** How to reach a port of a sandbox ({@link Sandbox.port}). */
+export interface PortInfo {
+  port: number;
+  /** The proxy's URL on the daemon. */
+  url: string;
+  /** The proxy's path on the daemon, ending in "/". */
+  path: string;
+  /** Lets a client through without the API key (header X-Forkbox-Token). */
+  token: string;
+  public: boolean;
+}

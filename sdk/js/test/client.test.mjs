@@ -187,6 +187,17 @@ describe("connection", () => {
     assert.deepEqual(info.network, { allowOut: [], denyOut: ["10.0.0.0/8"] });
   });
 
+  test("ports: getHost and making one public", async () => {
+    route("POST /v1/sandboxes", (_, res) => json(res, 201, SBX));
+    const sb = await Sandbox.create({ apiUrl: url });
+    const port = { sandbox: "sbx_1", port: 8000, path: "/v1/sandboxes/sbx_1/ports/8000/", url: "http://h/v1/sandboxes/sbx_1/ports/8000/", token: "fbxp_t", public: false };
+    route("GET /v1/sandboxes/sbx_1/ports/8000", (_, res) => json(res, 200, port));
+    assert.equal(await sb.getHost(8000), port.url);
+    route("PUT /v1/sandboxes/sbx_1/ports/8000", (_, res) => json(res, 200, { ...port, public: true }));
+    assert.equal((await sb.port(8000, { public: true })).public, true);
+    assert.deepEqual(body(requests[2]), { public: true });
+  });
+
   test("address and key come from FORKBOX_URL and FORKBOX_API_KEY", async () => {
     route("GET /v1/sandboxes/session-alice", (_, res) => json(res, 200, SBX));
     const saved = [process.env.FORKBOX_URL, process.env.FORKBOX_API_KEY];

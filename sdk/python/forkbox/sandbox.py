@@ -446,6 +446,21 @@ class Sandbox:
         """This sandbox's snapshots, newest first."""
         return Snapshot.list(self.id, client=self._client)
 
+    def port(self, port: int, public: Optional[bool] = None) -> Dict[str, Any]:
+        """How to reach a server listening on ``port`` inside the sandbox:
+        ``{"url", "token", "public", ...}``. Requests to the URL are proxied
+        into the sandbox (resuming it when suspended) and need the API key,
+        or the token (header X-Forkbox-Token or ``?forkbox_token=``), unless
+        the port is public; ``public`` changes that first."""
+        path = sandbox_path(self.id, "/ports/%d" % int(port))
+        if public is None:
+            return self._client.request_json("GET", path) or {}
+        return self._client.request_json("PUT", path, None, {"public": bool(public)}) or {}
+
+    def get_host(self, port: int) -> str:
+        """The URL that reaches ``port`` inside the sandbox (see ``port``)."""
+        return self.port(port)["url"]
+
     def set_network(self, allow_out: Optional[Iterable[str]] = None,
                     deny_out: Optional[Iterable[str]] = None) -> SandboxInfo:
         """Replaces the egress policy (both empty: the default, the public

@@ -103,6 +103,17 @@ class SandboxTest(StubTest):
         sb.set_network()
         self.assertEqual(self.last().json(), {"network": {}})
 
+    def test_ports(self):
+        self.route("POST", "/v1/sandboxes", json_answer(201, SB))
+        sb = Sandbox.create(client=self.c)
+        port = {"sandbox": "sbx_1", "port": 8000, "path": "/v1/sandboxes/sbx_1/ports/8000/",
+                "url": "http://h/v1/sandboxes/sbx_1/ports/8000/", "token": "fbxp_t", "public": False}
+        self.route("GET", "/v1/sandboxes/sbx_1/ports/8000", json_answer(200, port))
+        self.assertEqual(sb.get_host(8000), port["url"])
+        self.route("PUT", "/v1/sandboxes/sbx_1/ports/8000", json_answer(200, dict(port, public=True)))
+        self.assertTrue(sb.port(8000, public=True)["public"])
+        self.assertEqual(self.last().json(), {"public": True})
+
     def test_env_configures_the_client(self):
         self.route("GET", "/v1/sandboxes/sbx_1", json_answer(200, SB))
         with mock.patch.dict(os.environ, {"FORKBOX_URL": self.srv.url, "FORKBOX_API_KEY": "envkey"}):
