@@ -100,9 +100,14 @@ type Port struct {
 	// Path is the proxy's path on the daemon, ending in "/".
 	Path string `json:"path"`
 	// URL is Path on the address the request came to.
-	URL    string `json:"url"`
-	Token  string `json:"token"`
-	Public bool   `json:"public"`
+	URL string `json:"url"`
+	// HostURL, when the daemon has a ports domain, reaches the port at "/"
+	// of a host name of its own (<port>-<sandbox>.<domain>): for apps that
+	// must be served at the root. A token given there as ?forkbox_token=
+	// is kept in a cookie of that host.
+	HostURL string `json:"host_url,omitempty"`
+	Token   string `json:"token"`
+	Public  bool   `json:"public"`
 }
 
 // UpdatePortRequest is the body of PUT /v1/sandboxes/{sandbox}/ports/{port}.

@@ -71,6 +71,8 @@ func serveCmd() *cobra.Command {
 	}
 	cmd.Flags().StringSliceVar(&cfg.DNSUpstreams, "dns-upstream", dnsDefault,
 		"DNS servers (host[:port], repeatable) that sandboxes' names are resolved with, after their egress policy allows them; default the host's /etc/resolv.conf nameservers (env FORKBOX_DNS_UPSTREAM, comma-separated)")
+	cmd.Flags().StringVar(&cfg.PortsDomain, "ports-domain", os.Getenv("FORKBOX_PORTS_DOMAIN"),
+		"also serve a sandbox's ports at host names <port>-<sandbox>.DOMAIN, at their root (point a wildcard DNS name *.DOMAIN at the daemon; env FORKBOX_PORTS_DOMAIN)")
 	cmd.Flags().DurationVar(&cfg.LockWait, "lock-wait", lockWait,
 		"longest a call waits for a sandbox that another operation (a suspend, resume, checkpoint, create) holds before it answers 409 busy (env FORKBOX_LOCK_WAIT)")
 	return cmd

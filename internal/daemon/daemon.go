@@ -56,6 +56,9 @@ type Config struct {
 	// (defaults userns.DefaultFirst and userns.DefaultCount).
 	UsernsFirst uint32
 	UsernsCount int
+	// PortsDomain, when set, serves sandboxes' ports also at host names
+	// <port>-<sandbox>.<PortsDomain> (a wildcard DNS name for the daemon).
+	PortsDomain string
 	// DNSUpstreams are the servers (host[:port]) that sandboxes' resolvers
 	// ask (default: the host's resolv.conf nameservers).
 	DNSUpstreams []string
@@ -269,7 +272,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, err
 	}
-	api, err := httpapi.New(httpapi.Config{APIKey: cfg.APIKey, Chat: chatSvc, Logger: log,
+	api, err := httpapi.New(httpapi.Config{APIKey: cfg.APIKey, Chat: chatSvc, Logger: log, PortsDomain: cfg.PortsDomain,
 		MaxImageArchiveBytes: images.Bounds().ArchiveBytes}, mgr)
 	if err != nil {
 		return nil, err

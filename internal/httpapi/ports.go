@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -35,6 +36,7 @@ var portProxyRE = lazyre.New(`^/v1/sandboxes/[^/]+/ports/[0-9]+/`)
 const (
 	portTokenHeader = "X-Forkbox-Token"
 	portTokenQuery  = "forkbox_token"
+	portTokenCookie = "forkbox_token"
 	// portCSP makes what a sandbox serves a document of an opaque origin.
 	portCSP = "sandbox allow-scripts allow-forms allow-popups allow-modals allow-downloads"
 )
@@ -63,6 +65,13 @@ func (s *Server) writePort(w http.ResponseWriter, r *http.Request, p *api.Port) 
 		scheme = "https"
 	}
 	p.URL = scheme + "://" + r.Host + p.Path
+	if d := s.cfg.PortsDomain; d != "" {
+		port := ""
+		if _, pt, err := net.SplitHostPort(r.Host); err == nil {
+			port = ":" + pt
+		}
+		p.HostURL = fmt.Sprintf("%s://%d-%s.%s%s/", scheme, p.Port, p.Sandbox, d, port)
+	}
 	writeJSON(w, http.StatusOK, p)
 }
 
@@ -110,40 +119,97 @@ func (s *Server) revokePort(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) proxyPort(w http.ResponseWriter, r *http.Request) error {
-	id := r.PathValue("sandbox")
 	port, err := portParam(r)
 	if err != nil {
 		return err
 	}
-	token := r.Header.Get(portTokenHeader)
-	if token == "" {
-		token = r.URL.Query().Get(portTokenQuery)
+	// The path below the port, as the client escaped it (the sandbox
+	// segment holds no "/", so the first match is it).
+	escaped := r.URL.EscapedPath()
+	marker := "/ports/" + r.PathValue("port")
+	rest := "/"
+	if i := strings.Index(escaped, marker+"/"); i >= 0 {
+		rest = escaped[i+len(marker):]
 	}
-	if !s.keyOK(r) && !s.mgr.PortAccess(r.Context(), id, port, token) {
+	return s.proxy(w, r, r.PathValue("sandbox"), port, rest, false)
+}
+
+// hostTarget is the port and sandbox a PortsDomain host name names.
+type hostTarget struct {
+	ref  string
+	port int
+}
+
+// portHost parses r's host as <port>-<sandbox>.<PortsDomain>; nil when it
+// is not one.
+func (s *Server) portHost(r *http.Request) *hostTarget {
+	if s.cfg.PortsDomain == "" {
+		return nil
+	}
+	host := strings.ToLower(r.Host)
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	label, ok := strings.CutSuffix(host, "."+strings.ToLower(s.cfg.PortsDomain))
+	if !ok || strings.Contains(label, ".") {
+		return nil
+	}
+	p, ref, ok := strings.Cut(label, "-")
+	port, err := strconv.Atoi(p)
+	if !ok || err != nil || port < 1 || port > 65535 || ref == "" {
+		return nil
+	}
+	return &hostTarget{ref: ref, port: port}
+}
+
+// proxyHost serves a PortsDomain host name: the whole path goes to the
+// port. A token given as ?forkbox_token= is kept in a cookie of that host
+// (HttpOnly, never forwarded), so the pages and files the app loads next
+// pass too.
+func (s *Server) proxyHost(w http.ResponseWriter, r *http.Request) error {
+	t := s.portHost(r)
+	return s.proxy(w, r, t.ref, t.port, r.URL.EscapedPath(), true)
+}
+
+// proxy forwards r to port of sandbox ref, at path rest (escaped). host
+// says the request came by a PortsDomain host name (its own origin) rather
+// than by the daemon's path.
+func (s *Server) proxy(w http.ResponseWriter, r *http.Request, ref string, port int, rest string, host bool) error {
+	token := r.Header.Get(portTokenHeader)
+	fromQuery := false
+	if token == "" {
+		if token = r.URL.Query().Get(portTokenQuery); token != "" {
+			fromQuery = true
+		}
+	}
+	if token == "" && host {
+		if c, err := r.Cookie(portTokenCookie); err == nil {
+			token = c.Value
+		}
+	}
+	if !s.keyOK(r) && !s.mgr.PortAccess(r.Context(), ref, port, token) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="forkbox"`)
 		return errdefs.Unauthenticated("this port needs the API key (Authorization: Bearer …) or its token (%s header or %s query parameter; GET /v1/sandboxes/{sandbox}/ports/{port} gives it)", portTokenHeader, portTokenQuery)
 	}
-	conn, release, err := s.mgr.DialPort(r.Context(), id, port)
+	conn, release, err := s.mgr.DialPort(r.Context(), ref, port)
 	if err != nil {
 		return err
 	}
 	defer release()
 	defer conn.Close()
-	prefix := sandbox.PortPath(id, port)
+	if host && fromQuery {
+		http.SetCookie(w, &http.Cookie{Name: portTokenCookie, Value: token, Path: "/", HttpOnly: true, SameSite: http.SameSiteLaxMode})
+	}
+	prefix := ""
+	if !host {
+		prefix = sandbox.PortPath(ref, port)
+	}
 	dialed := false
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetXForwarded()
 			out := pr.Out
 			out.URL.Scheme, out.URL.Host = "http", "127.0.0.1:"+strconv.Itoa(port)
-			// The path below the port, as the client escaped it (the
-			// sandbox segment holds no "/", so the first match is it).
-			escaped := r.URL.EscapedPath()
-			marker := "/ports/" + r.PathValue("port")
-			rest := "/"
-			if i := strings.Index(escaped, marker+"/"); i >= 0 {
-				rest = escaped[i+len(marker):]
-			}
 			out.URL.Path, out.URL.RawPath = rest, ""
 			if p, err := url.PathUnescape(rest); err == nil {
 				out.URL.Path, out.URL.RawPath = p, rest
@@ -154,9 +220,12 @@ func (s *Server) proxyPort(w http.ResponseWriter, r *http.Request) error {
 				out.URL.RawQuery = q.Encode()
 			}
 			out.Host = r.Host
-			out.Header.Set("X-Forwarded-Prefix", strings.TrimSuffix(prefix, "/"))
+			if prefix != "" {
+				out.Header.Set("X-Forwarded-Prefix", strings.TrimSuffix(prefix, "/"))
+			}
 			out.Header.Del("Authorization")
 			out.Header.Del(portTokenHeader)
+			dropCookie(out.Header, portTokenCookie)
 		},
 		Transport: &http.Transport{
 			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -171,6 +240,9 @@ func (s *Server) proxyPort(w http.ResponseWriter, r *http.Request) error {
 		},
 		FlushInterval: -1,
 		ModifyResponse: func(resp *http.Response) error {
+			if host {
+				return nil // its own origin: the app's headers as they are
+			}
 			resp.Header.Add("Content-Security-Policy", portCSP)
 			cookies := resp.Header.Values("Set-Cookie")
 			resp.Header.Del("Set-Cookie")
@@ -188,9 +260,29 @@ func (s *Server) proxyPort(w http.ResponseWriter, r *http.Request) error {
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
-			writeError(w, errdefs.Unavailable("port %d of sandbox %s: %v", port, id, err))
+			writeError(w, errdefs.Unavailable("port %d of sandbox %s: %v", port, ref, err))
 		},
 	}
 	rp.ServeHTTP(w, r)
 	return nil
+}
+
+// dropCookie removes the cookie name from h's Cookie headers.
+func dropCookie(h http.Header, name string) {
+	lines := h.Values("Cookie")
+	if len(lines) == 0 {
+		return
+	}
+	h.Del("Cookie")
+	for _, line := range lines {
+		var keep []string
+		for _, part := range strings.Split(line, ";") {
+			if k, _, _ := strings.Cut(strings.TrimSpace(part), "="); k != name && strings.TrimSpace(part) != "" {
+				keep = append(keep, strings.TrimSpace(part))
+			}
+		}
+		if len(keep) > 0 {
+			h.Add("Cookie", strings.Join(keep, "; "))
+		}
+	}
 }

@@ -52,8 +52,12 @@ type Config struct {
 	// the image store's to bound (image.Bounds).
 	MaxImageArchiveBytes int64
 	// Chat serves /v1/chat, conversations and uploads; nil: those answer 503.
-	Chat   *analyst.Service
-	Logger *slog.Logger
+	Chat *analyst.Service
+	// PortsDomain, when set, also routes requests for host names
+	// <port>-<sandbox>.<PortsDomain> to that port of that sandbox (see
+	// ports.go), for apps that need to be served at "/".
+	PortsDomain string
+	Logger      *slog.Logger
 }
 
 // Server is the HTTP API.
@@ -65,6 +69,8 @@ type Server struct {
 	requests *prometheus.CounterVec
 	panics   prometheus.Counter
 	mux      *http.ServeMux
+	// hostProxy serves PortsDomain's host names.
+	hostProxy http.Handler
 }
 
 // New builds the API server over mgr.
@@ -93,6 +99,7 @@ func New(cfg Config, mgr *sandbox.Manager) (*Server, error) {
 		return nil, err
 	}
 	s.routes()
+	s.hostProxy = s.instrument("<port>-<sandbox>.ports-domain", s.proxyHost)
 	return s, nil
 }
 
@@ -170,6 +177,10 @@ func (s *Server) routes() {
 func (s *Server) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.serve(w, r, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if s.portHost(r) != nil {
+				s.hostProxy.ServeHTTP(w, r) // checks key, token or public itself
+				return
+			}
 			// The UI's files are public (they hold no secret; the page asks
 			// for the key), everything else needs the key.
 			// A sandbox's exposed port also takes its own token
@@ -286,7 +297,7 @@ func (s *Server) instrument(route string, f func(http.ResponseWriter, *http.Requ
 	// first (up to a bound), so that the connection is not reset under a
 	// long answer by the unread bytes when it closes. A port's proxy
 	// forwards its body instead.
-	ignoresBody := !strings.Contains(route, "/ports/{port}/")
+	ignoresBody := !strings.Contains(route, "/ports/{port}/") && !strings.Contains(route, "ports-domain")
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if ignoresBody && r.ContentLength != 0 && (r.Method == http.MethodGet || r.Method == http.MethodHead || r.Method == http.MethodDelete) {
 			io.CopyN(io.Discard, r.Body, drainOnRefusal)

@@ -257,3 +257,79 @@ func TestPorts(t *testing.T) {
 		t.Fatalf("after the request: %s", got.State)
 	}
 }
+
+// TestPortsDomain: with --ports-domain, <port>-<sandbox>.<domain> serves the
+// port at "/" on a host of its own; a token given once as ?forkbox_token= is
+// kept in that host's cookie and never reaches the sandbox.
+func TestPortsDomain(t *testing.T) {
+	needRoot(t)
+	const key = "ports-domain-key"
+	d := startChatDaemon(t, "FORKBOX_API_KEY="+key, "FORKBOX_PORTS_DOMAIN=sbx.fbx.test")
+	ctx := ctxT(t)
+	sb := newSandbox(t, d, api.CreateSandboxRequest{Name: "hosted"})
+	if _, err := d.c.WriteFile(ctx, sb.ID, "/workspace/headers.py", strings.NewReader(headersPy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sh(t, d, sb.ID, "nohup python3 /workspace/headers.py >/dev/null 2>&1 &")
+	p, err := d.c.Port(ctx, sb.ID, 8001)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, daemonPort, _ := strings.Cut(d.addr, ":")
+	if want := "http://8001-" + sb.ID + ".sbx.fbx.test:" + daemonPort + "/"; p.HostURL != want {
+		t.Fatalf("host_url %q", p.HostURL)
+	}
+	jar := map[string]string{}
+	do := func(host, path string) (int, string, http.Header) {
+		t.Helper()
+		for i := 0; ; i++ {
+			req, _ := http.NewRequest("GET", "http://"+d.addr+path, nil)
+			req.Host = host
+			for k, v := range jar {
+				req.AddCookie(&http.Cookie{Name: k, Value: v})
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			for _, c := range resp.Cookies() {
+				jar[c.Name] = c.Value
+			}
+			if resp.StatusCode == 503 && i < 50 { // the server is still starting
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			return resp.StatusCode, string(b), resp.Header
+		}
+	}
+	host := "8001-" + sb.ID + ".sbx.fbx.test:" + daemonPort
+	if code, _, _ := do(host, "/"); code != 401 {
+		t.Fatalf("no credentials: %d; want 401", code)
+	}
+	code, body, hdr := do(host, "/app/?forkbox_token="+p.Token)
+	if code != 200 || !strings.HasPrefix(body, "GET /app/ HTTP/1.1") || strings.Contains(body, p.Token) {
+		t.Fatalf("with the token in the query: %d\n%s", code, body)
+	}
+	if hdr.Get("Content-Security-Policy") != "" {
+		t.Errorf("a host of its own got the sandboxing CSP: %v", hdr)
+	}
+	// The cookie carries the token on: the next page passes, and the
+	// sandbox does not see it.
+	code, body, _ = do(host, "/next")
+	if code != 200 || strings.Contains(body, p.Token) || strings.Contains(body, "forkbox_token") {
+		t.Fatalf("with the cookie: %d\n%s", code, body)
+	}
+	// By name too; another domain, or a bad label, is the API (which wants
+	// the key).
+	if code, _, _ := do("8001-hosted.sbx.fbx.test", "/?forkbox_token="+p.Token); code != 200 {
+		t.Errorf("by name: %d", code)
+	}
+	for _, h := range []string{"8001-" + sb.ID + ".other.test", "x-" + sb.ID + ".sbx.fbx.test", "8001-.sbx.fbx.test"} {
+		jar = map[string]string{}
+		if code, _, _ := do(h, "/v1/sandboxes"); code != 401 {
+			t.Errorf("host %s without the key: %d; want 401 (the API)", h, code)
+		}
+	}
+}

@@ -235,7 +235,11 @@ export declare class Sandbox implements AsyncDisposable {
     port(port: number, opts?: CallOptions & {
         public?: boolean;
     }): Promise<PortInfo>;
-    /** The URL that reaches `port` inside the sandbox (see {@link port}). */
+    /**
+     * The URL that reaches `port` inside the sandbox (see {@link port}): its
+     * own host name when the daemon has a ports domain, else the daemon's
+     * path for it.
+     */
     getHost(port: number, opts?: CallOptions): Promise<string>;
     /**
      * Replaces the egress policy (an empty one: the default). A running

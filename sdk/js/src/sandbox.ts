@@ -496,12 +496,19 @@ export class Sandbox implements AsyncDisposable {
       opts.public === undefined
         ? await this.transport.json<Wire>({ method: "GET", path, signal: opts.signal })
         : await this.transport.json<Wire>({ method: "PUT", path, json: { public: opts.public }, signal: opts.signal });
-    return { port: w.port, url: w.url, path: w.path, token: w.token, public: !!w.public };
+    const p: PortInfo = { port: w.port, url: w.url, path: w.path, token: w.token, public: !!w.public };
+    if (w.host_url) p.hostUrl = w.host_url;
+    return p;
   }
 
-  /** The URL that reaches `port` inside the sandbox (see {@link port}). */
+  /**
+   * The URL that reaches `port` inside the sandbox (see {@link port}): its
+   * own host name when the daemon has a ports domain, else the daemon's
+   * path for it.
+   */
   async getHost(port: number, opts: CallOptions = {}): Promise<string> {
-    return (await this.port(port, opts)).url;
+    const p = await this.port(port, opts);
+    return p.hostUrl ?? p.url;
   }
 
   /**

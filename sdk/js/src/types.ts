@@ -470,6 +470,8 @@ export interface PortInfo {
   url: string;
   /** The proxy's path on the daemon, ending in "/". */
   path: string;
+  /** With a ports domain on the daemon: the port at "/" of a host of its own. */
+  hostUrl?: string;
   /** Lets a client through without the API key (header X-Forkbox-Token). */
   token: string;
   public: boolean;

@@ -458,8 +458,11 @@ class Sandbox:
         return self._client.request_json("PUT", path, None, {"public": bool(public)}) or {}
 
     def get_host(self, port: int) -> str:
-        """The URL that reaches ``port`` inside the sandbox (see ``port``)."""
-        return self.port(port)["url"]
+        """The URL that reaches ``port`` inside the sandbox (see ``port``):
+        its own host name when the daemon has a ports domain, else the
+        daemon's path for it."""
+        p = self.port(port)
+        return p.get("host_url") or p["url"]
 
     def set_network(self, allow_out: Optional[Iterable[str]] = None,
                     deny_out: Optional[Iterable[str]] = None) -> SandboxInfo:
