@@ -75,47 +75,31 @@ func (s *Server) writePort(w http.ResponseWriter, r *http.Request, p *api.Port) 
 	writeJSON(w, http.StatusOK, p)
 }
 
-func (s *Server) getPort(w http.ResponseWriter, r *http.Request) error {
-	port, err := portParam(r)
-	if err != nil {
-		return err
+// portCall serves GET and DELETE on a port: op on the sandbox and port of
+// the path.
+func (s *Server) portCall(op func(ctx context.Context, ref string, port int) (*api.Port, error)) func(http.ResponseWriter, *http.Request) error {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		port, err := portParam(r)
+		if err != nil {
+			return err
+		}
+		p, err := op(r.Context(), r.PathValue("sandbox"), port)
+		if err != nil {
+			return err
+		}
+		s.writePort(w, r, p)
+		return nil
 	}
-	p, err := s.mgr.Port(r.Context(), r.PathValue("sandbox"), port)
-	if err != nil {
-		return err
-	}
-	s.writePort(w, r, p)
-	return nil
 }
 
 func (s *Server) updatePort(w http.ResponseWriter, r *http.Request) error {
-	port, err := portParam(r)
-	if err != nil {
-		return err
-	}
 	var req api.UpdatePortRequest
 	if err := s.decodeJSON(w, r, &req); err != nil {
 		return err
 	}
-	p, err := s.mgr.SetPortPublic(r.Context(), r.PathValue("sandbox"), port, req.Public)
-	if err != nil {
-		return err
-	}
-	s.writePort(w, r, p)
-	return nil
-}
-
-func (s *Server) revokePort(w http.ResponseWriter, r *http.Request) error {
-	port, err := portParam(r)
-	if err != nil {
-		return err
-	}
-	p, err := s.mgr.RevokePort(r.Context(), r.PathValue("sandbox"), port)
-	if err != nil {
-		return err
-	}
-	s.writePort(w, r, p)
-	return nil
+	return s.portCall(func(ctx context.Context, ref string, port int) (*api.Port, error) {
+		return s.mgr.SetPortPublic(ctx, ref, port, req.Public)
+	})(w, r)
 }
 
 func (s *Server) proxyPort(w http.ResponseWriter, r *http.Request) error {

@@ -2,6 +2,7 @@ package netsetup
 
 import (
 	"context"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
@@ -11,6 +12,8 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/miekg/dns"
+
+	"github.com/forkbox/forkbox/internal/dnstest"
 )
 
 // Egress policy attacks. Every destination is a namespace of the test's own
@@ -24,30 +27,6 @@ var (
 	lanPool       = netip.MustParsePrefix("10.250.0.0/16")
 	linkLocalPool = netip.MustParsePrefix("169.254.0.0/17") // below 169.254.169.x
 )
-
-// testDNS serves names → A records on 127.0.0.1, and counts questions.
-func testDNS(t *testing.T, names map[string]netip.Addr) string {
-	t.Helper()
-	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
-	must(t, err)
-	mux := dns.HandlerFunc(func(w dns.ResponseWriter, req *dns.Msg) {
-		m := new(dns.Msg)
-		m.SetReply(req)
-		q := req.Question[0]
-		a, ok := names[strings.ToLower(q.Name)]
-		switch {
-		case !ok:
-			m.Rcode = dns.RcodeNameError
-		case q.Qtype == dns.TypeA:
-			m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 1}, A: a.AsSlice()})
-		}
-		w.WriteMsg(m)
-	})
-	srv := &dns.Server{PacketConn: pc, Handler: mux}
-	go srv.ActivateAndServe()
-	t.Cleanup(func() { srv.Shutdown() })
-	return pc.LocalAddr().String()
-}
 
 // lookup asks the sandbox's nameserver (ResolverAddr) from the netns of pid.
 func lookup(t *testing.T, pid int, m *Manager, name string) (*dns.Msg, error) {
@@ -84,12 +63,12 @@ func TestEgressPolicy(t *testing.T) {
 	requireRoot(t)
 	inet, inet2 := newOutsideIn(t, internetPool), newOutsideIn(t, internetPool)
 	lan, ll := newOutsideIn(t, lanPool), newOutsideIn(t, linkLocalPool)
-	upstream := testDNS(t, map[string]netip.Addr{
-		"ok.fbx.test.":      inet.ip,
-		"other.fbx.test.":   inet2.ip,
-		"rebind.fbx.test.":  ll.ip,
-		"www.sub.fbx.test.": inet2.ip,
-	})
+	upstream := dnstest.Serve(t, map[string]string{
+		"ok.fbx.test.":      inet.ip.String(),
+		"other.fbx.test.":   inet2.ip.String(),
+		"rebind.fbx.test.":  ll.ip.String(),
+		"www.sub.fbx.test.": inet2.ip.String(),
+	}, 1)
 	m, err := New(context.Background(), Config{DNSUpstreams: []string{upstream}})
 	must(t, err)
 	pid := startSandbox(t)
@@ -205,7 +184,7 @@ func TestEgressPolicy(t *testing.T) {
 // the other's address).
 func TestResolverAnswersOnlyItsSandbox(t *testing.T) {
 	requireRoot(t)
-	upstream := testDNS(t, map[string]netip.Addr{"ok.fbx.test.": netip.MustParseAddr("198.51.100.1")})
+	upstream := dnstest.Serve(t, map[string]string{"ok.fbx.test.": "198.51.100.1"}, 1)
 	m, err := New(context.Background(), Config{DNSUpstreams: []string{upstream}})
 	must(t, err)
 	a, b := startSandbox(t), startSandbox(t)
@@ -241,4 +220,19 @@ func readSysctl(t *testing.T, path string) string {
 	b, err := os.ReadFile(path)
 	must(t, err)
 	return strings.TrimSpace(string(b))
+}
+
+// A resolver stopped right after it started frees its address at once (a
+// sandbox deleted as soon as it was made, its /30 handed out again): the
+// DNS server's own shutdown does nothing before it has started serving.
+func TestResolverStopFreesAddress(t *testing.T) {
+	requireRoot(t)
+	link := &Link{HostIf: "lo", HostIP: netip.MustParsePrefix("127.0.88.1/30"), SandboxIP: netip.MustParsePrefix("127.0.88.2/30")}
+	for i := 0; i < 50; i++ {
+		r, err := startResolver(link, Policy{}, []string{"127.0.0.1:9"}, slog.Default())
+		if err != nil {
+			t.Fatalf("start %d: %v", i, err)
+		}
+		r.stop()
+	}
 }

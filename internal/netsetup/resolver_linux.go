@@ -45,6 +45,8 @@ type resolver struct {
 	policy Policy
 
 	udp, tcp *dns.Server
+	pc       net.PacketConn
+	ln       net.Listener
 }
 
 // startResolver listens on the link's gateway address, port 53, UDP and TCP.
@@ -60,6 +62,7 @@ func startResolver(link *Link, p Policy, upstreams []string, log *slog.Logger) (
 		pc.Close()
 		return nil, err
 	}
+	r.pc, r.ln = pc, ln
 	r.udp = &dns.Server{PacketConn: pc, Handler: r}
 	r.tcp = &dns.Server{Listener: ln, Handler: r, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second}
 	for _, s := range []*dns.Server{r.udp, r.tcp} {
@@ -78,11 +81,18 @@ func (r *resolver) setPolicy(p Policy) {
 	r.mu.Unlock()
 }
 
+// stop closes the resolver's sockets (the address is free again when it
+// returns: a sandbox attached next may get the same /30) and its servers.
 func (r *resolver) stop() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
+	// Shutdown does nothing to a server that has not started serving yet
+	// (a sandbox deleted right after it was made): the sockets are closed
+	// here in any case, which ends ActivateAndServe too.
 	r.udp.ShutdownContext(ctx)
 	r.tcp.ShutdownContext(ctx)
+	r.pc.Close()
+	r.ln.Close()
 }
 
 // ServeDNS answers one query of the sandbox.

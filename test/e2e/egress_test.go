@@ -2,14 +2,12 @@ package e2e
 
 import (
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/miekg/dns"
-
 	"github.com/forkbox/forkbox/api"
+	"github.com/forkbox/forkbox/internal/dnstest"
 )
 
 // TestEgressPolicy: what a sandbox with internet access reaches, through
@@ -28,7 +26,7 @@ func TestEgressPolicy(t *testing.T) {
 	})
 	lan := newOutsideAt(t, func(n int) (string, string) { return fmt.Sprintf("10.250.%d.1", n), fmt.Sprintf("10.250.%d.2", n) })
 	ll := newOutsideAt(t, func(n int) (string, string) { return fmt.Sprintf("169.254.%d.1", n), fmt.Sprintf("169.254.%d.2", n) })
-	upstream := e2eDNS(t, map[string]string{"ok.fbx.test.": inet.ip, "other.fbx.test.": inet2.ip})
+	upstream := dnstest.Serve(t, map[string]string{"ok.fbx.test.": inet.ip, "other.fbx.test.": inet2.ip}, 60)
 	d := startChatDaemon(t, "FORKBOX_DNS_UPSTREAM="+upstream)
 
 	reach := func(sb, url string) string {
@@ -141,36 +139,4 @@ for n in ("ok.fbx.test", "other.fbx.test"):
 	if got := names(sb.ID); got != wantNames {
 		t.Errorf("names after refused PATCHes:\n%s", got)
 	}
-}
-
-// e2eDNS serves names → A records on 127.0.0.1 (UDP and TCP, one port) and
-// returns its address.
-func e2eDNS(t *testing.T, names map[string]string) string {
-	t.Helper()
-	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp4", pc.LocalAddr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := dns.HandlerFunc(func(w dns.ResponseWriter, req *dns.Msg) {
-		m := new(dns.Msg)
-		m.SetReply(req)
-		q := req.Question[0]
-		ip, ok := names[strings.ToLower(q.Name)]
-		switch {
-		case !ok:
-			m.Rcode = dns.RcodeNameError
-		case q.Qtype == dns.TypeA:
-			m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60}, A: net.ParseIP(ip)})
-		}
-		w.WriteMsg(m)
-	})
-	for _, s := range []*dns.Server{{PacketConn: pc, Handler: h}, {Listener: ln, Handler: h}} {
-		go s.ActivateAndServe()
-		t.Cleanup(func() { s.Shutdown() })
-	}
-	return pc.LocalAddr().String()
 }
