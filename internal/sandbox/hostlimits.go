@@ -414,13 +414,16 @@ func (m *Manager) admit(ctx context.Context, id string, spec store.Spec, snapsho
 // the reason (the sandbox cannot ask for less); it stays suspended.
 func (m *Manager) admitResume(ctx context.Context, id string, spec store.Spec) (release func(), err error) {
 	release, err = m.admitAs(ctx, id, spec, "to resume "+id)
-	if err != nil && !errors.Is(err, errdefs.ErrInsufficientStorage) {
+	switch {
+	case err == nil:
+		return release, nil
+	case errors.Is(err, errdefs.ErrInvalidArgument):
+		// Beyond what the host has now (checkHost): it cannot ask for less.
 		return nil, errdefs.InsufficientStorage("%s; the sandbox stays suspended", err.Error())
-	}
-	if err != nil {
+	case errors.Is(err, errdefs.ErrInsufficientStorage):
 		return nil, fmt.Errorf("%w; the sandbox stays suspended: resume it again once there is room", err)
 	}
-	return release, nil
+	return nil, err // the store, a cancellation: not the host's room
 }
 
 func (m *Manager) admitAs(ctx context.Context, id string, spec store.Spec, from string) (release func(), err error) {

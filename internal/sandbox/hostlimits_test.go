@@ -227,6 +227,14 @@ func TestDiskReservations(t *testing.T) {
 		t.Fatalf("resume that fits: %v", err)
 	}
 	rel()
+	// A resume cancelled meanwhile (a delete preempts it) is not short of
+	// storage: the random-input run got a 507 "list sandboxes: context
+	// canceled".
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := m.admitResume(cctx, "sbx_b", store.Spec{DiskMB: 10}); errors.Is(err, errdefs.ErrInsufficientStorage) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("a cancelled resume's admission: %v; want the cancellation, not 507", err)
+	}
 	// ...but not once a create has taken 1000 of them: 507, and it says the
 	// sandbox stays suspended.
 	rel, err = m.admit(ctx, "sbx_y", store.Spec{DiskMB: 1000}, "")

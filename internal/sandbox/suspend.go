@@ -220,24 +220,25 @@ func (m *Manager) Resume(ctx context.Context, ref string) (*api.Sandbox, error) 
 	if h == nil {
 		return nil, errdefs.Unavailable("resume needs memory snapshots, unavailable on this host: %s", problem)
 	}
+	// A delete may cancel ctx at any step: then it is the reason (opErr).
 	snap, err := m.store.GetSnapshot(ctx, sb.SuspendImage)
 	if err != nil {
-		return nil, fmt.Errorf("suspend image of %s: %w", sb.ID, err)
+		return nil, opErr(ctx, fmt.Errorf("suspend image of %s: %w", sb.ID, err))
 	}
 	if err := m.snaps.Verify(snap.ID, snap.Checksum); err != nil {
-		return nil, err
+		return nil, opErr(ctx, err)
 	}
 	img, err := m.images.Get(ctx, sb.Image)
 	if err != nil {
-		return nil, fmt.Errorf("image: %w", err)
+		return nil, opErr(ctx, fmt.Errorf("image: %w", err))
 	}
 	release, err := m.admitResume(ctx, sb.ID, sb.Spec)
 	if err != nil {
-		return nil, err
+		return nil, opErr(ctx, err)
 	}
 	defer release()
 	if _, err := m.setState(ctx, sb.ID, api.StateResuming, "", nil); err != nil {
-		return nil, err
+		return nil, opErr(ctx, err)
 	}
 	var info *runtime.Info
 	done, failure := false, "interrupted by an internal error"
