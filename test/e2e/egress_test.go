@@ -139,4 +139,11 @@ for n in ("ok.fbx.test", "other.fbx.test"):
 	if got := names(sb.ID); got != wantNames {
 		t.Errorf("names after refused PATCHes:\n%s", got)
 	}
+	// Deleted, it leaves no policy chain, names set or resolver behind.
+	for _, id := range []string{sb.ID, branch.ID, open.ID} {
+		if _, err := d.c.DeleteSandbox(ctxT(t), id); err != nil {
+			t.Fatal(err)
+		}
+		assertNoLeaks(t, d, id)
+	}
 }

@@ -7,6 +7,8 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"os"
@@ -288,6 +290,17 @@ func leaks(d *daemon, id string) []string {
 	}
 	if _, err := os.Stat(filepath.Join(d.dataDir, "sandboxes", id)); err == nil {
 		out = append(out, "directory: "+filepath.Join(d.dataDir, "sandboxes", id))
+	}
+	// Its egress policy chain and resolved-names set (named after the host
+	// side of its veth, as internal/netsetup names it).
+	sum := sha256.Sum256([]byte(id))
+	hostIf := "fbx" + hex.EncodeToString(sum[:6])
+	if b, err := exec.Command("nft", "list", "table", "inet", "forkbox").Output(); err == nil {
+		for _, name := range []string{"chain e_" + hostIf, "set n_" + hostIf, `"` + hostIf + `"`} {
+			if strings.Contains(string(b), name+" ") {
+				out = append(out, "nftables: "+name)
+			}
+		}
 	}
 	return out
 }
