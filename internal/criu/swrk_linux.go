@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"time"
 
 	"github.com/checkpoint-restore/go-criu/v7/rpc"
 	"golang.org/x/sys/unix"
@@ -25,6 +26,12 @@ import (
 type Swrk struct {
 	cmd *exec.Cmd
 	sk  *os.File
+	// exited is closed when the CRIU process has exited (waitErr then
+	// holds how). CRIU's helpers (usernsd, cgroupd, tasks half restored)
+	// may outlive it holding its end of the socket, so its exit, not the
+	// socket's end, is what says it is gone.
+	exited  chan struct{}
+	waitErr error
 }
 
 // Notify handles CRIU's notification script ("setup-namespaces",
@@ -39,6 +46,12 @@ func (h *Host) StartSwrk(ctx context.Context) (*Swrk, error) {
 	if err != nil {
 		return nil, fmt.Errorf("criu socket: %w", err)
 	}
+	// Ours non-blocking, so that reads have deadlines (see watch).
+	if err := unix.SetNonblock(fds[0], true); err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+		return nil, fmt.Errorf("criu socket: %w", err)
+	}
 	ours := os.NewFile(uintptr(fds[0]), "criu-rpc")
 	theirs := os.NewFile(uintptr(fds[1]), "criu-rpc-swrk")
 	defer theirs.Close()
@@ -51,7 +64,21 @@ func (h *Host) StartSwrk(ctx context.Context) (*Swrk, error) {
 		ours.Close()
 		return nil, fmt.Errorf("start criu swrk: %w", err)
 	}
-	return &Swrk{cmd: cmd, sk: ours}, nil
+	sw := &Swrk{cmd: cmd, sk: ours, exited: make(chan struct{})}
+	go func() {
+		sw.waitErr = cmd.Wait()
+		close(sw.exited)
+	}()
+	go func() {
+		// A read waiting for CRIU ends when CRIU has exited or the
+		// context ends (the context also kills CRIU).
+		select {
+		case <-sw.exited:
+		case <-ctx.Done():
+		}
+		ours.SetReadDeadline(time.Now())
+	}()
+	return sw, nil
 }
 
 // Pid is the CRIU process's.
@@ -76,6 +103,11 @@ func (s *Swrk) Do(typ rpc.CriuReqType, opts *rpc.CriuOpts, notify Notify) (*rpc.
 			return nil, fmt.Errorf("criu rpc: send: %w", err)
 		}
 		n, err := s.sk.Read(buf)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			// CRIU exited or its time is up: take what it sent last, if
+			// anything (a deadline stops reads before they look).
+			n, err = s.drain(buf)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("criu rpc: receive: %w", err)
 		}
@@ -109,11 +141,41 @@ func (s *Swrk) Do(typ rpc.CriuReqType, opts *rpc.CriuOpts, notify Notify) (*rpc.
 	}
 }
 
+// drain reads a message that is already there, without waiting; io.EOF
+// style "went away" when there is none.
+func (s *Swrk) drain(buf []byte) (int, error) {
+	rc, err := s.sk.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	// What set the deadline (CRIU's exit, the context's end) is for good:
+	// lift it for this one look, then set it again.
+	s.sk.SetReadDeadline(time.Time{})
+	defer s.sk.SetReadDeadline(time.Now())
+	n, rerr := 0, error(nil)
+	if err := rc.Read(func(fd uintptr) bool {
+		n, _, rerr = unix.Recvfrom(int(fd), buf, unix.MSG_DONTWAIT)
+		return true
+	}); err != nil {
+		return 0, err
+	}
+	if rerr != nil || n <= 0 {
+		select {
+		case <-s.exited:
+			return 0, fmt.Errorf("criu exited without an answer (%v)", s.waitErr)
+		default:
+			return 0, errors.New("criu did not answer in time")
+		}
+	}
+	return n, nil
+}
+
 // Close ends the conversation and waits for CRIU to exit.
 func (s *Swrk) Close() error {
 	s.sk.Close()
-	if err := s.cmd.Wait(); err != nil {
-		return fmt.Errorf("criu swrk (pid %s): %w", strconv.Itoa(s.cmd.Process.Pid), err)
+	<-s.exited
+	if s.waitErr != nil {
+		return fmt.Errorf("criu swrk (pid %s): %w", strconv.Itoa(s.cmd.Process.Pid), s.waitErr)
 	}
 	return nil
 }
