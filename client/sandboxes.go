@@ -115,28 +115,24 @@ func (c *Client) Resume(ctx context.Context, sandbox string) (*api.Sandbox, erro
 // Port returns how to reach a server listening on port inside the sandbox:
 // its proxy URL on the daemon and its access token (made on first request).
 func (c *Client) Port(ctx context.Context, sandbox string, port int) (*api.Port, error) {
-	var p api.Port
-	if err := c.doJSON(ctx, http.MethodGet, sandboxPath(sandbox, "/ports/"+strconv.Itoa(port)), nil, nil, &p); err != nil {
-		return nil, err
-	}
-	return &p, nil
+	return c.portCall(ctx, http.MethodGet, sandbox, port, nil)
 }
 
 // SetPortPublic lets anyone reach port of the sandbox (public true), or
 // only holders of the API key or the port's token.
 func (c *Client) SetPortPublic(ctx context.Context, sandbox string, port int, public bool) (*api.Port, error) {
-	var p api.Port
-	if err := c.doJSON(ctx, http.MethodPut, sandboxPath(sandbox, "/ports/"+strconv.Itoa(port)), nil, api.UpdatePortRequest{Public: public}, &p); err != nil {
-		return nil, err
-	}
-	return &p, nil
+	return c.portCall(ctx, http.MethodPut, sandbox, port, api.UpdatePortRequest{Public: public})
 }
 
 // RevokePort replaces the port's token (the old one stops working at once)
 // and makes the port private.
 func (c *Client) RevokePort(ctx context.Context, sandbox string, port int) (*api.Port, error) {
+	return c.portCall(ctx, http.MethodDelete, sandbox, port, nil)
+}
+
+func (c *Client) portCall(ctx context.Context, method, sandbox string, port int, body any) (*api.Port, error) {
 	var p api.Port
-	if err := c.doJSON(ctx, http.MethodDelete, sandboxPath(sandbox, "/ports/"+strconv.Itoa(port)), nil, nil, &p); err != nil {
+	if err := c.doJSON(ctx, method, sandboxPath(sandbox, "/ports/"+strconv.Itoa(port)), nil, body, &p); err != nil {
 		return nil, err
 	}
 	return &p, nil

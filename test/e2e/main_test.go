@@ -295,7 +295,9 @@ func leaks(d *daemon, id string) []string {
 	// side of its veth, as internal/netsetup names it).
 	sum := sha256.Sum256([]byte(id))
 	hostIf := "fbx" + hex.EncodeToString(sum[:6])
-	if b, err := exec.Command("nft", "list", "table", "inet", "forkbox").Output(); err == nil {
+	if b, err := exec.Command("nft", "list", "table", "inet", "forkbox").Output(); err != nil {
+		out = append(out, fmt.Sprintf("nftables: cannot list table inet forkbox (nft from scripts/setup.sh): %v", err))
+	} else {
 		for _, name := range []string{"chain e_" + hostIf, "set n_" + hostIf, `"` + hostIf + `"`} {
 			if strings.Contains(string(b), name+" ") {
 				out = append(out, "nftables: "+name)
