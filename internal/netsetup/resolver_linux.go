@@ -47,6 +47,7 @@ type resolver struct {
 	udp, tcp *dns.Server
 	pc       net.PacketConn
 	ln       net.Listener
+	served   sync.WaitGroup // the two serving goroutines
 }
 
 // startResolver listens on the link's gateway address, port 53, UDP and TCP.
@@ -66,7 +67,9 @@ func startResolver(link *Link, p Policy, upstreams []string, log *slog.Logger) (
 	r.udp = &dns.Server{PacketConn: pc, Handler: r}
 	r.tcp = &dns.Server{Listener: ln, Handler: r, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second}
 	for _, s := range []*dns.Server{r.udp, r.tcp} {
+		r.served.Add(1)
 		go func(s *dns.Server) {
+			defer r.served.Done()
 			if err := s.ActivateAndServe(); err != nil {
 				log.Debug("sandbox resolver stopped", "if", r.hostIf, "err", err)
 			}
@@ -93,6 +96,16 @@ func (r *resolver) stop() {
 	r.tcp.ShutdownContext(ctx)
 	r.pc.Close()
 	r.ln.Close()
+	// The server closes its socket too, on its way out; when both calls
+	// race, the one that loses returns before the descriptor is really
+	// closed. Waiting for the servers to return waits for that close.
+	done := make(chan struct{})
+	go func() { r.served.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		r.log.Warn("sandbox resolver: servers did not stop", "if", r.hostIf)
+	}
 }
 
 // ServeDNS answers one query of the sandbox.
