@@ -205,6 +205,8 @@ type ErrorBody struct {
 	// RequestID names the request in the daemon's log (also sent as the
 	// X-Request-Id header), so an internal error can be traced.
 	RequestID string `json:"request_id,omitempty"`
+	// Quota, on a 429 for a tenant's quota, names it with its numbers.
+	Quota *QuotaExceeded `json:"quota,omitempty"`
 }
 
 // Snapshot types.

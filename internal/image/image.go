@@ -155,7 +155,9 @@ func Open(dir string) (*Store, error) {
 // Dir returns the store's absolute directory.
 func (s *Store) Dir() string { return s.dir }
 
-var validName = lazyre.New(`^[a-z0-9][a-z0-9._-]{0,63}$`)
+// validName is an image name: a tenant's own images carry their tenant
+// first ("acme+tools"; the daemon maps names, see package sandbox).
+var validName = lazyre.New(`^([a-z0-9][a-z0-9-]{0,31}\+)?[a-z0-9][a-z0-9._-]{0,63}$`)
 
 // Get returns the image called name. The error wraps errdefs.ErrNotFound
 // when there is none, and errdefs.ErrInvalidArgument for a malformed name.

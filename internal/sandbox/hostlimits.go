@@ -18,6 +18,7 @@ import (
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/runtime"
 	"github.com/forkbox/forkbox/internal/store"
+	"github.com/forkbox/forkbox/internal/tenant"
 )
 
 // Host bounds: the largest limits one sandbox may have, derived in this one
@@ -374,7 +375,8 @@ func (m *Manager) room(ctx context.Context, h *hostLimits, info HostInfo, b Host
 		r.sandboxes++
 	}
 	for _, state := range liveStates {
-		list, err := m.store.List(ctx, store.ListFilter{State: state})
+		// The host's room is every tenant's.
+		list, err := m.store.List(tenant.Unscoped(ctx), store.ListFilter{State: state})
 		if err != nil {
 			return r, err
 		}

@@ -36,6 +36,7 @@ import (
 	"github.com/forkbox/forkbox/internal/runtime"
 	"github.com/forkbox/forkbox/internal/snapshot"
 	"github.com/forkbox/forkbox/internal/store"
+	"github.com/forkbox/forkbox/internal/tenant"
 	"github.com/forkbox/forkbox/internal/userns"
 )
 
@@ -73,10 +74,14 @@ type Images interface {
 
 // Manager owns the sandboxes of one daemon.
 type Manager struct {
-	store   store.Store
-	rt      Runtime
-	snapper Snapshotter
-	snaps   *snapshot.Store
+	store store.Store
+	rt    Runtime
+	// quotaSrc gives tenants' quotas (nil: none); quota holds the starts
+	// admitted against them.
+	quotaSrc QuotaSource
+	quota    quotaState
+	snapper  Snapshotter
+	snaps    *snapshot.Store
 	// criu is nil when memory snapshots are unavailable; criuProblem says
 	// why. Read through criuHost.
 	criuMu      sync.Mutex
@@ -109,6 +114,7 @@ type Manager struct {
 type live struct {
 	id       string
 	name     string
+	tenant   string // whose it is
 	info     *runtime.Info
 	agent    *agent.Client
 	timeout  time.Duration
@@ -341,11 +347,22 @@ func (m *Manager) create(ctx context.Context, req *api.CreateSandboxRequest, ver
 	if imgName == "" {
 		imgName = image.DefaultImage
 	}
-	img, err := m.images.Get(ctx, imgName)
+	var img *image.Image
+	if snapID != "" {
+		img, err = m.images.Get(ctx, imgName) // the snapshot's, by its store name
+	} else {
+		img, err = m.resolveImage(ctx, imgName)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("image: %w", err)
 	}
+	imgName = img.Name
 	id := newID("sbx_")
+	releaseQuota, err := m.admitQuota(ctx, owner(ctx), id, spec)
+	if err != nil {
+		return nil, err
+	}
+	defer releaseQuota()
 	release, err := m.admit(ctx, id, spec, snapID)
 	if err != nil {
 		return nil, err
@@ -448,7 +465,7 @@ func sortedKeys(mp map[string]string) []string {
 
 func (m *Manager) track(sb *store.Sandbox, info *runtime.Info) *live {
 	l := &live{
-		id: sb.ID, name: sb.Name, info: info, gate: newGate(),
+		id: sb.ID, name: sb.Name, tenant: sb.Tenant, info: info, gate: newGate(),
 		agent:      agent.NewClient(runtime.SocketPath(info)),
 		timeout:    time.Duration(sb.Spec.TimeoutSecs) * time.Second,
 		lastActive: sb.LastActiveAt, persistedAt: sb.LastActiveAt,
@@ -534,7 +551,7 @@ func (m *Manager) List(ctx context.Context, f store.ListFilter) ([]api.Sandbox, 
 // view turns a record into the API object, with live usage and activity.
 func (m *Manager) view(sb *store.Sandbox) *api.Sandbox {
 	v := &api.Sandbox{
-		ID: sb.ID, Name: sb.Name, State: sb.State, StateReason: sb.StateReason, Image: sb.Image,
+		ID: sb.ID, Name: sb.Name, State: sb.State, StateReason: sb.StateReason, Image: displayImage(sb.Image),
 		SnapshotID: sb.SnapshotID, CPUs: sb.Spec.CPUs, MemoryMB: sb.Spec.MemoryMB, DiskMB: sb.Spec.DiskMB,
 		PIDsLimit: sb.Spec.PIDsLimit, TimeoutSecs: sb.Spec.TimeoutSecs, MaxLifetimeSecs: sb.Spec.MaxLifetimeSecs,
 		AllowInternetAccess: sb.Spec.AllowInternetAccess, Network: sb.Spec.Network,
@@ -680,7 +697,7 @@ func (m *Manager) current(l *live) bool {
 }
 
 func (m *Manager) acquireOnce(ctx context.Context, ref string) (*live, func(), error) {
-	l := m.findLive(ref)
+	l := m.findLiveFor(ctx, ref)
 	if l == nil {
 		// Not running here: the store says why (unknown, terminated, …).
 		sb, err := m.store.Get(ctx, ref)
@@ -762,6 +779,34 @@ func (m *Manager) acquireExclusive(ctx context.Context, id, op string) (*live, f
 
 // findLive finds a running sandbox by id or name without touching the store
 // (the hot path of every exec and file call).
+// findLiveFor is findLive for a request: only the context's tenant's
+// sandboxes are found, and names are looked up among them.
+func (m *Manager) findLiveFor(ctx context.Context, ref string) *live {
+	scope := tenant.Of(ctx)
+	if scope == "" {
+		return m.findLive(ref)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if l := m.live[ref]; l != nil {
+		if l.tenant == scope {
+			return l
+		}
+		return nil
+	}
+	if ref == "" {
+		return nil
+	}
+	for _, l := range m.live {
+		if l.name == ref && l.tenant == scope {
+			return l
+		}
+	}
+	return nil
+}
+
+// findLive finds a running sandbox by id, or else by name, of any tenant
+// (the daemon's own work; requests use findLiveFor).
 func (m *Manager) findLive(ref string) *live {
 	m.mu.Lock()
 	defer m.mu.Unlock()

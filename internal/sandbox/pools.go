@@ -10,6 +10,7 @@ import (
 	"github.com/forkbox/forkbox/api"
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/store"
+	"github.com/forkbox/forkbox/internal/tenant"
 )
 
 // Warm pools: a pool keeps Size sandboxes restored from a golden snapshot
@@ -37,7 +38,7 @@ type pool struct {
 func (m *Manager) poolView(p *pool) api.Pool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return api.Pool{Name: p.rec.Name, SnapshotID: p.rec.SnapshotID, Image: p.rec.Image, Size: p.rec.Size,
+	return api.Pool{Name: p.rec.Name, SnapshotID: p.rec.SnapshotID, Image: displayImage(p.rec.Image), Size: p.rec.Size,
 		Ready: len(p.ready), CreatedAt: p.rec.CreatedAt}
 }
 
@@ -52,17 +53,20 @@ func (m *Manager) CreatePool(ctx context.Context, req *api.CreatePoolRequest) (*
 	if (req.SnapshotID == "") == (req.Image == "") {
 		return nil, errdefs.InvalidArgument("snapshot_id, image: give exactly one")
 	}
-	rec := store.Pool{Name: req.Name, SnapshotID: req.SnapshotID, Image: req.Image, Size: req.Size, CreatedAt: m.now().UTC()}
+	rec := store.Pool{Tenant: owner(ctx), Name: req.Name, SnapshotID: req.SnapshotID, Image: req.Image, Size: req.Size, CreatedAt: m.now().UTC()}
 	if req.SnapshotID != "" {
 		sn, err := m.store.GetSnapshot(ctx, req.SnapshotID)
 		if err != nil || sn.Type == snapshotSuspend {
 			return nil, errdefs.NotFound("snapshot %q not found", req.SnapshotID)
 		}
 		rec.Image = sn.Image
-	} else if _, err := m.images.Get(ctx, req.Image); err != nil {
+	} else if _, err := m.resolveImage(ctx, req.Image); err != nil {
 		return nil, err
 	}
 	if err := m.checkPool(ctx, rec); err != nil {
+		return nil, err
+	}
+	if err := m.checkPoolQuota(ctx, rec); err != nil {
 		return nil, err
 	}
 	if err := m.store.CreatePool(ctx, &rec); err != nil {
@@ -73,19 +77,34 @@ func (m *Manager) CreatePool(ctx context.Context, req *api.CreatePoolRequest) (*
 	if m.pools == nil {
 		m.pools = map[string]*pool{}
 	}
-	m.pools[rec.Name] = p
+	m.pools[poolKey(rec.Tenant, rec.Name)] = p
 	m.mu.Unlock()
 	m.refill(p)
 	v := m.poolView(p)
 	return &v, nil
 }
 
-// ListPools lists the pools.
+// poolKey is a pool's key in Manager.pools: names are unique per tenant.
+func poolKey(tenantName, name string) string { return tenantName + "/" + name }
+
+// owner is the tenant a request acts for (the default one for the daemon's
+// own work).
+func owner(ctx context.Context) string {
+	if t := tenant.Of(ctx); t != "" {
+		return t
+	}
+	return tenant.Default
+}
+
+// ListPools lists the pools (of the context's tenant, if it has one).
 func (m *Manager) ListPools(ctx context.Context) []api.Pool {
+	scope := tenant.Of(ctx)
 	m.mu.Lock()
 	ps := make([]*pool, 0, len(m.pools))
 	for _, p := range m.pools {
-		ps = append(ps, p)
+		if scope == "" || p.rec.Tenant == scope {
+			ps = append(ps, p)
+		}
 	}
 	m.mu.Unlock()
 	out := make([]api.Pool, 0, len(ps))
@@ -98,9 +117,10 @@ func (m *Manager) ListPools(ctx context.Context) []api.Pool {
 
 // DeletePool removes a pool and terminates its ready sandboxes.
 func (m *Manager) DeletePool(ctx context.Context, name string) error {
+	key := poolKey(owner(ctx), name)
 	m.mu.Lock()
-	p := m.pools[name]
-	delete(m.pools, name)
+	p := m.pools[key]
+	delete(m.pools, key)
 	m.mu.Unlock()
 	if p == nil {
 		return errdefs.NotFound("pool %q not found", name)
@@ -113,7 +133,7 @@ func (m *Manager) DeletePool(ctx context.Context, name string) error {
 	for _, id := range ready {
 		m.terminate(context.WithoutCancel(ctx), id, "pool deleted", lockOpts{})
 	}
-	return m.store.DeletePool(ctx, name)
+	return m.store.DeletePool(ctx, p.rec.Tenant, name)
 }
 
 // refill starts creates until the pool is full again.
@@ -132,7 +152,9 @@ func (m *Manager) refill(p *pool) {
 			var err error
 			func() {
 				defer recoverTo(m.log, &err, "pool refill")
-				id, err = m.createPooled(context.Background(), p)
+				// The refill acts for the pool's tenant: its sandboxes
+				// are the tenant's, and count against its quotas.
+				id, err = m.createPooled(tenant.With(context.Background(), tenant.Principal{Tenant: p.rec.Tenant}), p)
 			}()
 			p.mu.Lock()
 			p.filling--
@@ -209,7 +231,7 @@ func (m *Manager) markPooled(id string, pooled bool) {
 // pool is empty) creates one from the pool's source.
 func (m *Manager) createFromPool(ctx context.Context, req *api.CreateSandboxRequest) (*api.Sandbox, error) {
 	m.mu.Lock()
-	p := m.pools[req.Pool]
+	p := m.pools[poolKey(owner(ctx), req.Pool)]
 	m.mu.Unlock()
 	if p == nil {
 		return nil, errdefs.NotFound("pool %q not found", req.Pool)
@@ -297,7 +319,7 @@ func (m *Manager) loadPools(ctx context.Context) error {
 	}
 	for _, rec := range recs {
 		p := &pool{rec: *rec}
-		list, err := m.store.List(ctx, store.ListFilter{State: api.StateRunning, Labels: map[string]string{PoolLabel: rec.Name, PoolReadyLabel: "true"}})
+		list, err := m.store.List(ctx, store.ListFilter{Tenant: rec.Tenant, State: api.StateRunning, Labels: map[string]string{PoolLabel: rec.Name, PoolReadyLabel: "true"}})
 		if err != nil {
 			return err
 		}
@@ -311,7 +333,7 @@ func (m *Manager) loadPools(ctx context.Context) error {
 		if m.pools == nil {
 			m.pools = map[string]*pool{}
 		}
-		m.pools[rec.Name] = p
+		m.pools[poolKey(rec.Tenant, rec.Name)] = p
 		m.mu.Unlock()
 		m.refill(p)
 	}

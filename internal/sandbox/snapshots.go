@@ -35,7 +35,7 @@ const fsArchive = "fs.tar"
 
 func snapshotView(sn *store.Snapshot) api.Snapshot {
 	return api.Snapshot{ID: sn.ID, Type: sn.Type, Name: sn.Name, SandboxID: sn.SandboxID, ParentID: sn.ParentID,
-		Image: sn.Image, SizeBytes: sn.SizeBytes, PausedMS: sn.PausedMS, CreatedAt: sn.CreatedAt}
+		Image: displayImage(sn.Image), SizeBytes: sn.SizeBytes, PausedMS: sn.PausedMS, CreatedAt: sn.CreatedAt}
 }
 
 // Checkpoint saves a sandbox's state as a new snapshot.
@@ -69,6 +69,11 @@ func (m *Manager) Checkpoint(ctx context.Context, ref string, req *api.Checkpoin
 	}
 	sb, err := m.store.Get(ctx, ref)
 	if err != nil {
+		return nil, err
+	}
+	if q, err := m.quotas(ctx, sb.Tenant); err != nil {
+		return nil, err
+	} else if err := m.checkSnapshotQuota(ctx, sb.Tenant, q); err != nil {
 		return nil, err
 	}
 	// The snapshot must not be cut short by the client going away (lockOp's
@@ -127,7 +132,7 @@ func (m *Manager) Checkpoint(ctx context.Context, ref string, req *api.Checkpoin
 		return nil, fmt.Errorf("commit snapshot: %w", err)
 	}
 	committed = true
-	rec := &store.Snapshot{ID: id, Name: req.Name, Type: typ, SandboxID: sb.ID, ParentID: sb.SnapshotID, Image: sb.Image,
+	rec := &store.Snapshot{ID: id, Tenant: sb.Tenant, Name: req.Name, Type: typ, SandboxID: sb.ID, ParentID: sb.SnapshotID, Image: sb.Image,
 		Spec: sb.Spec, SizeBytes: size, Checksum: sum, PausedMS: paused.Milliseconds(), CreatedAt: m.now().UTC()}
 	if err := m.recordSnapshot(ctx, rec); err != nil {
 		return nil, err
@@ -173,7 +178,7 @@ func (m *Manager) checkpointSuspended(ctx context.Context, sb *store.Sandbox, ty
 	if err != nil {
 		return nil, opErr(ctx, err)
 	}
-	rec := &store.Snapshot{ID: id, Name: name, Type: typ, SandboxID: sb.ID, ParentID: sb.SnapshotID, Image: sb.Image,
+	rec := &store.Snapshot{ID: id, Tenant: sb.Tenant, Name: name, Type: typ, SandboxID: sb.ID, ParentID: sb.SnapshotID, Image: sb.Image,
 		Spec: sb.Spec, SizeBytes: size, Checksum: sum, CreatedAt: m.now().UTC()}
 	if err := m.recordSnapshot(ctx, rec); err != nil {
 		return nil, err
@@ -321,8 +326,8 @@ func (m *Manager) restoreSource(ctx context.Context, req *api.CreateSandboxReque
 	if sn.Type == snapshotSuspend {
 		return nil, spec, errdefs.NotFound("snapshot %q not found", req.SnapshotID)
 	}
-	if req.Image != "" && req.Image != sn.Image {
-		return nil, spec, errdefs.InvalidArgument("image: the snapshot sits on image %q; leave image empty", sn.Image)
+	if req.Image != "" && req.Image != displayImage(sn.Image) {
+		return nil, spec, errdefs.InvalidArgument("image: the snapshot sits on image %q; leave image empty", displayImage(sn.Image))
 	}
 	out := sn.Spec
 	out.Labels = spec.Labels
@@ -427,6 +432,13 @@ func (m *Manager) Fork(ctx context.Context, ref string, req *api.ForkRequest) (*
 		if err := checkNetwork(req.Network, src.Spec.AllowInternetAccess); err != nil {
 			return nil, err
 		}
+	}
+	src, err := m.store.Get(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.checkForkQuota(ctx, src, req.Count); err != nil {
+		return nil, err
 	}
 	sn, err := m.Checkpoint(ctx, ref, &api.CheckpointRequest{Type: api.SnapshotMemory, Name: "fork"})
 	if err != nil {

@@ -60,6 +60,12 @@ func (m *Manager) Suspend(ctx context.Context, ref, reason string) (*api.Sandbox
 	if sb.State != api.StateRunning {
 		return nil, errdefs.FailedPrecondition("sandbox %s is %s; only a running sandbox can be suspended", sb.ID, sb.State)
 	}
+	// An idle suspend frees what the sandbox holds: it is not refused.
+	if reason != reasonIdle {
+		if err := m.checkSuspendQuota(ctx, sb.Tenant); err != nil {
+			return nil, err
+		}
+	}
 	l, release, err := m.acquireExclusive(ctx, sb.ID, "suspend")
 	if err != nil {
 		return nil, err
@@ -163,7 +169,7 @@ func (m *Manager) takeSuspendImage(ctx context.Context, l *live, sb *store.Sandb
 		return "", err
 	}
 	committed = true
-	rec := &store.Snapshot{ID: id, Type: snapshotSuspend, SandboxID: sb.ID, ParentID: sb.SnapshotID, Image: sb.Image,
+	rec := &store.Snapshot{ID: id, Tenant: sb.Tenant, Type: snapshotSuspend, SandboxID: sb.ID, ParentID: sb.SnapshotID, Image: sb.Image,
 		Spec: sb.Spec, SizeBytes: size, Checksum: sum, PausedMS: paused.Milliseconds(), CreatedAt: m.now().UTC()}
 	if err := m.recordSnapshot(ctx, rec); err != nil {
 		return "", err
@@ -232,6 +238,11 @@ func (m *Manager) Resume(ctx context.Context, ref string) (*api.Sandbox, error) 
 	if err != nil {
 		return nil, opErr(ctx, fmt.Errorf("image: %w", err))
 	}
+	releaseQuota, err := m.admitQuota(ctx, sb.Tenant, sb.ID, sb.Spec)
+	if err != nil {
+		return nil, opErr(ctx, fmt.Errorf("%w; the sandbox stays suspended", err))
+	}
+	defer releaseQuota()
 	release, err := m.admitResume(ctx, sb.ID, sb.Spec)
 	if err != nil {
 		return nil, opErr(ctx, err)

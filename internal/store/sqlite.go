@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/forkbox/forkbox/internal/errdefs"
+	"github.com/forkbox/forkbox/internal/tenant"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 )
 
@@ -101,6 +102,61 @@ var migrations = []string{
 		created_at      INTEGER NOT NULL
 	);
 	CREATE INDEX uploads_conversation ON uploads(conversation_id, created_at);`,
+	// 7: tenants. Every resource row says whose it is (rows made before
+	// tenants existed are the default tenant's); names are unique per
+	// tenant; API keys (hashed), tenants' quotas and the audit log.
+	`ALTER TABLE sandboxes ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default';
+	DROP INDEX sandboxes_live_name;
+	CREATE UNIQUE INDEX sandboxes_live_name ON sandboxes(tenant, name)
+		WHERE name != '' AND state != 'terminated';
+	DROP INDEX sandboxes_name;
+	CREATE INDEX sandboxes_name ON sandboxes(name, tenant);
+	ALTER TABLE snapshots ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default';
+	CREATE TABLE pools_t (
+		tenant      TEXT NOT NULL DEFAULT 'default',
+		name        TEXT NOT NULL,
+		snapshot_id TEXT NOT NULL DEFAULT '',
+		image       TEXT NOT NULL DEFAULT '',
+		size        INTEGER NOT NULL,
+		created_at  INTEGER NOT NULL,
+		PRIMARY KEY (tenant, name)
+	);
+	INSERT INTO pools_t(tenant, name, snapshot_id, image, size, created_at)
+		SELECT 'default', name, snapshot_id, image, size, created_at FROM pools;
+	DROP TABLE pools;
+	ALTER TABLE pools_t RENAME TO pools;
+	ALTER TABLE conversations ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default';
+	ALTER TABLE uploads ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default';
+	CREATE TABLE api_keys (
+		id          TEXT PRIMARY KEY,
+		hash        TEXT NOT NULL UNIQUE,
+		tenant      TEXT NOT NULL,
+		role        TEXT NOT NULL,
+		name        TEXT NOT NULL DEFAULT '',
+		created_at  INTEGER NOT NULL,
+		expires_at  INTEGER,
+		revoked_at  INTEGER
+	);
+	CREATE INDEX api_keys_tenant ON api_keys(tenant);
+	CREATE TABLE tenants (
+		name       TEXT PRIMARY KEY,
+		quotas     TEXT NOT NULL DEFAULT '{}',
+		updated_at INTEGER NOT NULL
+	);
+	CREATE TABLE audit (
+		id         INTEGER PRIMARY KEY AUTOINCREMENT,
+		at         INTEGER NOT NULL,
+		key_id     TEXT NOT NULL DEFAULT '',
+		tenant     TEXT NOT NULL DEFAULT '',
+		action     TEXT NOT NULL,
+		resource   TEXT NOT NULL DEFAULT '',
+		status     INTEGER NOT NULL,
+		outcome    TEXT NOT NULL DEFAULT '',
+		request_id TEXT NOT NULL DEFAULT '',
+		via        TEXT NOT NULL DEFAULT ''
+	);
+	CREATE INDEX audit_tenant ON audit(tenant, id);
+	CREATE INDEX audit_at ON audit(at);`,
 }
 
 // SQLite is the embedded Store: one database file in the data directory,
@@ -202,7 +258,7 @@ func (s *SQLite) migrate(ctx context.Context) error {
 // Close closes the database.
 func (s *SQLite) Close() error { return s.db.Close() }
 
-const sandboxCols = `id, name, state, state_reason, image, snapshot_id, spec, runtime, created_at, last_active_at, terminated_at, suspend_image`
+const sandboxCols = `id, name, state, state_reason, image, snapshot_id, spec, runtime, created_at, last_active_at, terminated_at, suspend_image, tenant`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -213,7 +269,7 @@ func scanSandbox(r scanner) (*Sandbox, error) {
 		created, active int64
 		terminated      sql.NullInt64
 	)
-	if err := r.Scan(&sb.ID, &sb.Name, &sb.State, &sb.StateReason, &sb.Image, &sb.SnapshotID, &spec, &rt, &created, &active, &terminated, &sb.SuspendImage); err != nil {
+	if err := r.Scan(&sb.ID, &sb.Name, &sb.State, &sb.StateReason, &sb.Image, &sb.SnapshotID, &spec, &rt, &created, &active, &terminated, &sb.SuspendImage, &sb.Tenant); err != nil {
 		return nil, err
 	}
 	if err := json.Unmarshal([]byte(spec), &sb.Spec); err != nil {
@@ -253,14 +309,15 @@ func (s *SQLite) Create(ctx context.Context, sb *Sandbox) error {
 	if err != nil {
 		return fmt.Errorf("encode spec: %w", err)
 	}
+	sb.Tenant = ownerFor(ctx, sb.Tenant)
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback()
-	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes(`+sandboxCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)`,
+	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes(`+sandboxCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		sb.ID, sb.Name, sb.State, sb.StateReason, sb.Image, sb.SnapshotID, string(spec), runtimeJSON(sb.Runtime),
-		sb.CreatedAt.UnixNano(), sb.LastActiveAt.UnixNano(), nullTime(sb.TerminatedAt), sb.SuspendImage)
+		sb.CreatedAt.UnixNano(), sb.LastActiveAt.UnixNano(), nullTime(sb.TerminatedAt), sb.SuspendImage, sb.Tenant)
 	if isUniqueViolation(err) {
 		if sb.Name != "" {
 			return errdefs.Conflict("a sandbox named %q already exists", sb.Name)
@@ -290,8 +347,8 @@ func insertEvent(ctx context.Context, tx *sql.Tx, id, from, to, reason string, a
 // Get implements Store.
 func (s *SQLite) Get(ctx context.Context, ref string) (*Sandbox, error) {
 	row := s.db.QueryRowContext(ctx, `SELECT `+sandboxCols+` FROM sandboxes
-		WHERE id = ?1 OR (name = ?1 AND name != '')
-		ORDER BY (id = ?1) DESC, (state != 'terminated') DESC, created_at DESC LIMIT 1`, ref)
+		WHERE (id = ?1 OR (name = ?1 AND name != '')) AND (?2 = '' OR tenant = ?2)
+		ORDER BY (id = ?1) DESC, (state != 'terminated') DESC, created_at DESC LIMIT 1`, ref, tenant.Of(ctx))
 	sb, err := scanSandbox(row)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, errdefs.NotFound("sandbox %q not found", ref)
@@ -313,6 +370,14 @@ func (s *SQLite) List(ctx context.Context, f ListFilter) ([]*Sandbox, error) {
 	if f.Name != "" {
 		where = append(where, "name = ?")
 		args = append(args, f.Name)
+	}
+	if f.Tenant != "" {
+		where = append(where, "tenant = ?")
+		args = append(args, f.Tenant)
+	}
+	if t := tenant.Of(ctx); t != "" {
+		where = append(where, "tenant = ?")
+		args = append(args, t)
 	}
 	rows, err := s.db.QueryContext(ctx, `SELECT `+sandboxCols+` FROM sandboxes WHERE `+strings.Join(where, " AND ")+` ORDER BY created_at DESC, id`, args...)
 	if err != nil {
@@ -348,20 +413,20 @@ func (s *SQLite) Update(ctx context.Context, id string, fn func(*Sandbox) error)
 		return nil, fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback()
-	sb, err := scanSandbox(tx.QueryRowContext(ctx, `SELECT `+sandboxCols+` FROM sandboxes WHERE id = ?`, id))
+	sb, err := scanSandbox(tx.QueryRowContext(ctx, `SELECT `+sandboxCols+` FROM sandboxes WHERE id = ?1 AND (?2 = '' OR tenant = ?2)`, id, tenant.Of(ctx)))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, errdefs.NotFound("sandbox %q not found", id)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read sandbox %s: %w", id, err)
 	}
-	from, created := sb.State, sb.CreatedAt
+	from, created, owner := sb.State, sb.CreatedAt, sb.Tenant
 	if err := fn(sb); err != nil {
 		return nil, err
 	}
 	// ID and CreatedAt are not written back: keep the returned record equal
 	// to the stored one.
-	sb.ID, sb.CreatedAt = id, created
+	sb.ID, sb.CreatedAt, sb.Tenant = id, created, owner
 	spec, err := json.Marshal(sb.Spec)
 	if err != nil {
 		return nil, fmt.Errorf("encode spec: %w", err)
@@ -415,7 +480,7 @@ func (s *SQLite) Events(ctx context.Context, id string) ([]Event, error) {
 	return out, rows.Err()
 }
 
-const snapshotCols = `id, name, type, sandbox_id, parent_id, image, spec, size_bytes, checksum, paused_ms, created_at`
+const snapshotCols = `id, name, type, sandbox_id, parent_id, image, spec, size_bytes, checksum, paused_ms, created_at, tenant`
 
 func scanSnapshot(r scanner) (*Snapshot, error) {
 	var (
@@ -423,7 +488,7 @@ func scanSnapshot(r scanner) (*Snapshot, error) {
 		spec    string
 		created int64
 	)
-	if err := r.Scan(&sn.ID, &sn.Name, &sn.Type, &sn.SandboxID, &sn.ParentID, &sn.Image, &spec, &sn.SizeBytes, &sn.Checksum, &sn.PausedMS, &created); err != nil {
+	if err := r.Scan(&sn.ID, &sn.Name, &sn.Type, &sn.SandboxID, &sn.ParentID, &sn.Image, &spec, &sn.SizeBytes, &sn.Checksum, &sn.PausedMS, &created, &sn.Tenant); err != nil {
 		return nil, err
 	}
 	if err := json.Unmarshal([]byte(spec), &sn.Spec); err != nil {
@@ -439,8 +504,9 @@ func (s *SQLite) CreateSnapshot(ctx context.Context, sn *Snapshot) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.db.ExecContext(ctx, `INSERT INTO snapshots(`+snapshotCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?)`,
-		sn.ID, sn.Name, sn.Type, sn.SandboxID, sn.ParentID, sn.Image, string(spec), sn.SizeBytes, sn.Checksum, sn.PausedMS, sn.CreatedAt.UnixNano())
+	sn.Tenant = ownerFor(ctx, sn.Tenant)
+	_, err = s.db.ExecContext(ctx, `INSERT INTO snapshots(`+snapshotCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)`,
+		sn.ID, sn.Name, sn.Type, sn.SandboxID, sn.ParentID, sn.Image, string(spec), sn.SizeBytes, sn.Checksum, sn.PausedMS, sn.CreatedAt.UnixNano(), sn.Tenant)
 	if isUniqueViolation(err) {
 		return errdefs.Conflict("snapshot %s already exists", sn.ID)
 	}
@@ -452,7 +518,7 @@ func (s *SQLite) CreateSnapshot(ctx context.Context, sn *Snapshot) error {
 
 // GetSnapshot implements Store.
 func (s *SQLite) GetSnapshot(ctx context.Context, id string) (*Snapshot, error) {
-	sn, err := scanSnapshot(s.db.QueryRowContext(ctx, `SELECT `+snapshotCols+` FROM snapshots WHERE id = ?`, id))
+	sn, err := scanSnapshot(s.db.QueryRowContext(ctx, `SELECT `+snapshotCols+` FROM snapshots WHERE id = ?1 AND (?2 = '' OR tenant = ?2)`, id, tenant.Of(ctx)))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, errdefs.NotFound("snapshot %q not found", id)
 	}
@@ -464,10 +530,10 @@ func (s *SQLite) GetSnapshot(ctx context.Context, id string) (*Snapshot, error) 
 
 // ListSnapshots implements Store.
 func (s *SQLite) ListSnapshots(ctx context.Context, sandboxID string) ([]*Snapshot, error) {
-	q := `SELECT ` + snapshotCols + ` FROM snapshots`
-	var args []any
+	q := `SELECT ` + snapshotCols + ` FROM snapshots WHERE (?1 = '' OR tenant = ?1)`
+	args := []any{tenant.Of(ctx)}
 	if sandboxID != "" {
-		q += ` WHERE sandbox_id = ?`
+		q += ` AND sandbox_id = ?2`
 		args = append(args, sandboxID)
 	}
 	rows, err := s.db.QueryContext(ctx, q+` ORDER BY created_at DESC, id`, args...)
@@ -488,7 +554,7 @@ func (s *SQLite) ListSnapshots(ctx context.Context, sandboxID string) ([]*Snapsh
 
 // DeleteSnapshot implements Store.
 func (s *SQLite) DeleteSnapshot(ctx context.Context, id string) error {
-	res, err := s.db.ExecContext(ctx, `DELETE FROM snapshots WHERE id = ?`, id)
+	res, err := s.db.ExecContext(ctx, `DELETE FROM snapshots WHERE id = ?1 AND (?2 = '' OR tenant = ?2)`, id, tenant.Of(ctx))
 	if err != nil {
 		return fmt.Errorf("delete snapshot %s: %w", id, err)
 	}
@@ -500,8 +566,9 @@ func (s *SQLite) DeleteSnapshot(ctx context.Context, id string) error {
 
 // CreatePool implements Store.
 func (s *SQLite) CreatePool(ctx context.Context, p *Pool) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO pools(name, snapshot_id, image, size, created_at) VALUES (?,?,?,?,?)`,
-		p.Name, p.SnapshotID, p.Image, p.Size, p.CreatedAt.UnixNano())
+	p.Tenant = ownerFor(ctx, p.Tenant)
+	_, err := s.db.ExecContext(ctx, `INSERT INTO pools(tenant, name, snapshot_id, image, size, created_at) VALUES (?,?,?,?,?,?)`,
+		p.Tenant, p.Name, p.SnapshotID, p.Image, p.Size, p.CreatedAt.UnixNano())
 	if isUniqueViolation(err) {
 		return errdefs.Conflict("a pool named %q already exists", p.Name)
 	}
@@ -513,7 +580,8 @@ func (s *SQLite) CreatePool(ctx context.Context, p *Pool) error {
 
 // ListPools implements Store.
 func (s *SQLite) ListPools(ctx context.Context) ([]*Pool, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT name, snapshot_id, image, size, created_at FROM pools ORDER BY name`)
+	rows, err := s.db.QueryContext(ctx, `SELECT tenant, name, snapshot_id, image, size, created_at FROM pools
+		WHERE (?1 = '' OR tenant = ?1) ORDER BY tenant, name`, tenant.Of(ctx))
 	if err != nil {
 		return nil, fmt.Errorf("list pools: %w", err)
 	}
@@ -522,7 +590,7 @@ func (s *SQLite) ListPools(ctx context.Context) ([]*Pool, error) {
 	for rows.Next() {
 		var p Pool
 		var created int64
-		if err := rows.Scan(&p.Name, &p.SnapshotID, &p.Image, &p.Size, &created); err != nil {
+		if err := rows.Scan(&p.Tenant, &p.Name, &p.SnapshotID, &p.Image, &p.Size, &created); err != nil {
 			return nil, err
 		}
 		p.CreatedAt = time.Unix(0, created).UTC()
@@ -532,8 +600,8 @@ func (s *SQLite) ListPools(ctx context.Context) ([]*Pool, error) {
 }
 
 // DeletePool implements Store.
-func (s *SQLite) DeletePool(ctx context.Context, name string) error {
-	res, err := s.db.ExecContext(ctx, `DELETE FROM pools WHERE name = ?`, name)
+func (s *SQLite) DeletePool(ctx context.Context, owner, name string) error {
+	res, err := s.db.ExecContext(ctx, `DELETE FROM pools WHERE tenant = ?1 AND name = ?2 AND (?3 = '' OR tenant = ?3)`, owner, name, tenant.Of(ctx))
 	if err != nil {
 		return fmt.Errorf("delete pool %s: %w", name, err)
 	}
@@ -541,4 +609,17 @@ func (s *SQLite) DeletePool(ctx context.Context, name string) error {
 		return errdefs.NotFound("pool %q not found", name)
 	}
 	return nil
+}
+
+// ownerFor is the tenant a new row belongs to: the context's, when it has
+// one (a request), or else the one the caller set (the daemon's own work
+// on a tenant's behalf, such as a pool refill), or the default tenant.
+func ownerFor(ctx context.Context, set string) string {
+	if t := tenant.Of(ctx); t != "" {
+		return t
+	}
+	if set != "" {
+		return set
+	}
+	return tenant.Default
 }

@@ -9,20 +9,21 @@ import (
 	"time"
 
 	"github.com/forkbox/forkbox/internal/errdefs"
+	"github.com/forkbox/forkbox/internal/tenant"
 )
 
 // The ConversationStore half of SQLite (migration 6). Writes that read
 // before they write (AppendTurn's next seq, the existence checks) run in one
 // BEGIN IMMEDIATE transaction, so concurrent callers take turns.
 
-const conversationCols = `id, title, sandbox_id, sandbox_name, model, created_at, updated_at`
+const conversationCols = `id, title, sandbox_id, sandbox_name, model, created_at, updated_at, tenant`
 
 func scanConversation(r scanner) (*Conversation, error) {
 	var (
 		c                Conversation
 		created, updated int64
 	)
-	if err := r.Scan(&c.ID, &c.Title, &c.SandboxID, &c.SandboxName, &c.Model, &created, &updated); err != nil {
+	if err := r.Scan(&c.ID, &c.Title, &c.SandboxID, &c.SandboxName, &c.Model, &created, &updated, &c.Tenant); err != nil {
 		return nil, err
 	}
 	c.CreatedAt = time.Unix(0, created).UTC()
@@ -32,8 +33,9 @@ func scanConversation(r scanner) (*Conversation, error) {
 
 // CreateConversation implements ConversationStore.
 func (s *SQLite) CreateConversation(ctx context.Context, c *Conversation) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO conversations(`+conversationCols+`) VALUES (?,?,?,?,?,?,?)`,
-		c.ID, c.Title, c.SandboxID, c.SandboxName, c.Model, c.CreatedAt.UnixNano(), c.UpdatedAt.UnixNano())
+	c.Tenant = ownerFor(ctx, c.Tenant)
+	_, err := s.db.ExecContext(ctx, `INSERT INTO conversations(`+conversationCols+`) VALUES (?,?,?,?,?,?,?,?)`,
+		c.ID, c.Title, c.SandboxID, c.SandboxName, c.Model, c.CreatedAt.UnixNano(), c.UpdatedAt.UnixNano(), c.Tenant)
 	if isUniqueViolation(err) {
 		return errdefs.Conflict("conversation %s already exists", c.ID)
 	}
@@ -45,7 +47,7 @@ func (s *SQLite) CreateConversation(ctx context.Context, c *Conversation) error 
 
 // GetConversation implements ConversationStore.
 func (s *SQLite) GetConversation(ctx context.Context, id string) (*Conversation, error) {
-	c, err := scanConversation(s.db.QueryRowContext(ctx, `SELECT `+conversationCols+` FROM conversations WHERE id = ?`, id))
+	c, err := scanConversation(s.db.QueryRowContext(ctx, `SELECT `+conversationCols+` FROM conversations WHERE id = ?1 AND (?2 = '' OR tenant = ?2)`, id, tenant.Of(ctx)))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, errdefs.NotFound("conversation %q not found", id)
 	}
@@ -57,7 +59,8 @@ func (s *SQLite) GetConversation(ctx context.Context, id string) (*Conversation,
 
 // ListConversations implements ConversationStore.
 func (s *SQLite) ListConversations(ctx context.Context) ([]*Conversation, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+conversationCols+` FROM conversations ORDER BY updated_at DESC, created_at DESC, id`)
+	rows, err := s.db.QueryContext(ctx, `SELECT `+conversationCols+` FROM conversations WHERE (?1 = '' OR tenant = ?1)
+		ORDER BY updated_at DESC, created_at DESC, id`, tenant.Of(ctx))
 	if err != nil {
 		return nil, fmt.Errorf("list conversations: %w", err)
 	}
@@ -75,8 +78,9 @@ func (s *SQLite) ListConversations(ctx context.Context) ([]*Conversation, error)
 
 // UpdateConversation implements ConversationStore.
 func (s *SQLite) UpdateConversation(ctx context.Context, c *Conversation) error {
-	res, err := s.db.ExecContext(ctx, `UPDATE conversations SET title=?, sandbox_id=?, sandbox_name=?, model=?, updated_at=? WHERE id=?`,
-		c.Title, c.SandboxID, c.SandboxName, c.Model, c.UpdatedAt.UnixNano(), c.ID)
+	res, err := s.db.ExecContext(ctx, `UPDATE conversations SET title=?1, sandbox_id=?2, sandbox_name=?3, model=?4, updated_at=?5
+		WHERE id=?6 AND (?7 = '' OR tenant = ?7)`,
+		c.Title, c.SandboxID, c.SandboxName, c.Model, c.UpdatedAt.UnixNano(), c.ID, tenant.Of(ctx))
 	if err != nil {
 		return fmt.Errorf("update conversation %s: %w", c.ID, err)
 	}
@@ -93,6 +97,11 @@ func (s *SQLite) DeleteConversation(ctx context.Context, id string) error {
 		return fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback()
+	if ok, err := conversationExists(ctx, tx, id); err != nil {
+		return err
+	} else if !ok {
+		return errdefs.NotFound("conversation %q not found", id)
+	}
 	// The foreign key cascades too; deleting explicitly does not rely on
 	// the pragma.
 	if _, err := tx.ExecContext(ctx, `DELETE FROM conversation_turns WHERE conversation_id = ?`, id); err != nil {
@@ -117,7 +126,7 @@ func (s *SQLite) DeleteConversation(ctx context.Context, id string) error {
 // conversationExists reports whether conversation id exists, inside tx.
 func conversationExists(ctx context.Context, tx *sql.Tx, id string) (bool, error) {
 	var ok bool
-	if err := tx.QueryRowContext(ctx, `SELECT EXISTS(SELECT 1 FROM conversations WHERE id = ?)`, id).Scan(&ok); err != nil {
+	if err := tx.QueryRowContext(ctx, `SELECT EXISTS(SELECT 1 FROM conversations WHERE id = ?1 AND (?2 = '' OR tenant = ?2))`, id, tenant.Of(ctx)).Scan(&ok); err != nil {
 		return false, fmt.Errorf("read conversation %s: %w", id, err)
 	}
 	return ok, nil
@@ -185,7 +194,8 @@ func (s *SQLite) AppendTurn(ctx context.Context, t *Turn) error {
 // ListTurns implements ConversationStore.
 func (s *SQLite) ListTurns(ctx context.Context, conversationID string) ([]*Turn, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT conversation_id, seq, turn, messages, created_at FROM conversation_turns
-		WHERE conversation_id = ? ORDER BY seq`, conversationID)
+		WHERE conversation_id = ?1 AND conversation_id IN (SELECT id FROM conversations WHERE ?2 = '' OR tenant = ?2)
+		ORDER BY seq`, conversationID, tenant.Of(ctx))
 	if err != nil {
 		return nil, fmt.Errorf("list turns: %w", err)
 	}
@@ -207,7 +217,7 @@ func (s *SQLite) ListTurns(ctx context.Context, conversationID string) ([]*Turn,
 	return out, rows.Err()
 }
 
-const uploadCols = `id, name, size_bytes, sha256, header, row_count, conversation_id, created_at`
+const uploadCols = `id, name, size_bytes, sha256, header, row_count, conversation_id, created_at, tenant`
 
 func scanUpload(r scanner) (*Upload, error) {
 	var (
@@ -215,7 +225,7 @@ func scanUpload(r scanner) (*Upload, error) {
 		header  string
 		created int64
 	)
-	if err := r.Scan(&u.ID, &u.Name, &u.SizeBytes, &u.SHA256, &header, &u.Rows, &u.ConversationID, &created); err != nil {
+	if err := r.Scan(&u.ID, &u.Name, &u.SizeBytes, &u.SHA256, &header, &u.Rows, &u.ConversationID, &created, &u.Tenant); err != nil {
 		return nil, err
 	}
 	if err := json.Unmarshal([]byte(header), &u.Columns); err != nil {
@@ -231,6 +241,7 @@ func (s *SQLite) CreateUpload(ctx context.Context, u *Upload) error {
 	if err != nil {
 		return fmt.Errorf("encode columns: %w", err)
 	}
+	u.Tenant = ownerFor(ctx, u.Tenant)
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
@@ -243,8 +254,8 @@ func (s *SQLite) CreateUpload(ctx context.Context, u *Upload) error {
 			return errdefs.NotFound("conversation %q not found", u.ConversationID)
 		}
 	}
-	_, err = tx.ExecContext(ctx, `INSERT INTO uploads(`+uploadCols+`) VALUES (?,?,?,?,?,?,?,?)`,
-		u.ID, u.Name, u.SizeBytes, u.SHA256, string(header), u.Rows, u.ConversationID, u.CreatedAt.UnixNano())
+	_, err = tx.ExecContext(ctx, `INSERT INTO uploads(`+uploadCols+`) VALUES (?,?,?,?,?,?,?,?,?)`,
+		u.ID, u.Name, u.SizeBytes, u.SHA256, string(header), u.Rows, u.ConversationID, u.CreatedAt.UnixNano(), u.Tenant)
 	if isUniqueViolation(err) {
 		return errdefs.Conflict("upload %s already exists", u.ID)
 	}
@@ -259,7 +270,7 @@ func (s *SQLite) CreateUpload(ctx context.Context, u *Upload) error {
 
 // GetUpload implements ConversationStore.
 func (s *SQLite) GetUpload(ctx context.Context, id string) (*Upload, error) {
-	u, err := scanUpload(s.db.QueryRowContext(ctx, `SELECT `+uploadCols+` FROM uploads WHERE id = ?`, id))
+	u, err := scanUpload(s.db.QueryRowContext(ctx, `SELECT `+uploadCols+` FROM uploads WHERE id = ?1 AND (?2 = '' OR tenant = ?2)`, id, tenant.Of(ctx)))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, errdefs.NotFound("file %q not found", id)
 	}
@@ -271,10 +282,10 @@ func (s *SQLite) GetUpload(ctx context.Context, id string) (*Upload, error) {
 
 // ListUploads implements ConversationStore.
 func (s *SQLite) ListUploads(ctx context.Context, conversationID string) ([]*Upload, error) {
-	q := `SELECT ` + uploadCols + ` FROM uploads`
-	var args []any
+	q := `SELECT ` + uploadCols + ` FROM uploads WHERE (?1 = '' OR tenant = ?1)`
+	args := []any{tenant.Of(ctx)}
 	if conversationID != "" {
-		q += ` WHERE conversation_id = ?`
+		q += ` AND conversation_id = ?2`
 		args = append(args, conversationID)
 	}
 	rows, err := s.db.QueryContext(ctx, q+` ORDER BY created_at, id`, args...)
@@ -307,7 +318,7 @@ func (s *SQLite) SetUploadConversation(ctx context.Context, id, conversationID s
 			return errdefs.NotFound("conversation %q not found", conversationID)
 		}
 	}
-	res, err := tx.ExecContext(ctx, `UPDATE uploads SET conversation_id = ? WHERE id = ?`, conversationID, id)
+	res, err := tx.ExecContext(ctx, `UPDATE uploads SET conversation_id = ?1 WHERE id = ?2 AND (?3 = '' OR tenant = ?3)`, conversationID, id, tenant.Of(ctx))
 	if err != nil {
 		return fmt.Errorf("update upload %s: %w", id, err)
 	}

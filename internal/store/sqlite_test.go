@@ -45,9 +45,16 @@ func TestSQLiteConversationsReopenAndUpgrade(t *testing.T) {
 	if err := s.Create(ctx, testSandbox(1)); err != nil {
 		t.Fatal(err)
 	}
-	// Back to schema 5, as an older forkbox left it.
+	// Back to schema 5, as an older forkbox left it: 7 undone, then 6.
 	db := store.RawDB(s)
-	for _, q := range []string{`DROP TABLE conversation_turns`, `DROP TABLE conversations`, `DROP TABLE uploads`,
+	for _, q := range []string{`DROP TABLE audit`, `DROP TABLE tenants`, `DROP TABLE api_keys`,
+		`DROP INDEX sandboxes_live_name`, `DROP INDEX sandboxes_name`, `ALTER TABLE sandboxes DROP COLUMN tenant`,
+		`CREATE UNIQUE INDEX sandboxes_live_name ON sandboxes(name) WHERE name != '' AND state != 'terminated'`,
+		`CREATE INDEX sandboxes_name ON sandboxes(name)`, `ALTER TABLE snapshots DROP COLUMN tenant`,
+		`CREATE TABLE pools_o (name TEXT PRIMARY KEY, snapshot_id TEXT NOT NULL DEFAULT '', image TEXT NOT NULL DEFAULT '', size INTEGER NOT NULL, created_at INTEGER NOT NULL)`,
+		`INSERT INTO pools_o SELECT name, snapshot_id, image, size, created_at FROM pools`, `DROP TABLE pools`, `ALTER TABLE pools_o RENAME TO pools`,
+		`INSERT INTO pools(name, size, created_at) VALUES ('py', 2, 1)`,
+		`DROP TABLE conversation_turns`, `DROP TABLE conversations`, `DROP TABLE uploads`,
 		`DELETE FROM schema_migrations WHERE version >= 6`} {
 		if _, err := db.Exec(q); err != nil {
 			t.Fatalf("%s: %v", q, err)
@@ -59,8 +66,11 @@ func TestSQLiteConversationsReopenAndUpgrade(t *testing.T) {
 	if v, err := s.SchemaVersion(ctx); err != nil || v != store.NumMigrations {
 		t.Fatalf("after upgrade SchemaVersion = %d, %v; want %d", v, err, store.NumMigrations)
 	}
-	if _, err := s.Get(ctx, testSandbox(1).ID); err != nil {
-		t.Fatalf("sandbox lost in the upgrade: %v", err)
+	if sb, err := s.Get(ctx, testSandbox(1).ID); err != nil || sb.Tenant != "default" {
+		t.Fatalf("sandbox lost in the upgrade, or not the default tenant's: %v, %v", sb, err)
+	}
+	if ps, err := s.ListPools(ctx); err != nil || len(ps) != 1 || ps[0].Name != "py" || ps[0].Tenant != "default" {
+		t.Fatalf("pool lost in the upgrade: %v, %v", ps, err)
 	}
 	created := time.Date(2026, 3, 4, 5, 6, 7, 8, time.UTC)
 	conv := &store.Conversation{ID: "conv_1", Title: "sales", SandboxID: "sbx_1", SandboxName: "conv-conv_1", Model: "m",

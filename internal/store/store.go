@@ -5,6 +5,12 @@
 // embedded implementation of both, and a later PostgreSQL one runs the same
 // conformance suite (storetest).
 //
+// Tenants: every resource row belongs to a tenant. A context carrying a
+// principal (package tenant) scopes every method to that principal's tenant:
+// rows of other tenants are not found, not listed and not changed, and new
+// rows are the context's tenant's. A context without one (the daemon's own
+// work) sees every tenant; rows it creates take the record's Tenant.
+//
 // Every change is a transaction: Update reads a row, lets the caller mutate
 // it, and writes it back together with an event row when the state changed,
 // so a crash never leaves a state without its history or half a change.
@@ -20,7 +26,9 @@ import (
 
 // Sandbox is one sandbox's durable record.
 type Sandbox struct {
-	ID          string
+	ID string
+	// Tenant owns the sandbox (set by Create from the context).
+	Tenant      string
 	Name        string // "" for ephemeral sandboxes
 	State       string // one of api.State*
 	StateReason string
@@ -82,6 +90,9 @@ type Event struct {
 
 // ListFilter narrows List. Empty fields match everything.
 type ListFilter struct {
+	// Tenant narrows to one tenant (for the daemon's own work; a request's
+	// context narrows by itself).
+	Tenant string
 	State  string
 	Name   string
 	Labels map[string]string
@@ -92,6 +103,7 @@ type ListFilter struct {
 // committed there, so a record always points at a complete snapshot.
 type Snapshot struct {
 	ID        string
+	Tenant    string
 	Name      string
 	Type      string // "filesystem" or "memory"
 	SandboxID string // the sandbox it was taken from
@@ -107,6 +119,7 @@ type Snapshot struct {
 // Pool is a warm pool's durable record; its ready sandboxes are ordinary
 // sandbox rows carrying the PoolLabel.
 type Pool struct {
+	Tenant     string
 	Name       string
 	SnapshotID string
 	Image      string
@@ -142,19 +155,78 @@ type Store interface {
 	// DeleteSnapshot removes a snapshot's record. Missing: errdefs.ErrNotFound.
 	DeleteSnapshot(ctx context.Context, id string) error
 
-	// CreatePool records a pool; a duplicate name is errdefs.ErrConflict.
+	// CreatePool records a pool; a name its tenant already uses is
+	// errdefs.ErrConflict.
 	CreatePool(ctx context.Context, p *Pool) error
-	// ListPools returns every pool, by name.
+	// ListPools returns every pool, by tenant and name.
 	ListPools(ctx context.Context) ([]*Pool, error)
-	// DeletePool removes a pool's record. Missing: errdefs.ErrNotFound.
-	DeletePool(ctx context.Context, name string) error
+	// DeletePool removes tenant owner's pool name. Missing:
+	// errdefs.ErrNotFound.
+	DeletePool(ctx context.Context, owner, name string) error
 	Close() error
+}
+
+// Key is an API key's durable record: only the SHA-256 of its secret is
+// kept.
+type Key struct {
+	ID        string
+	Hash      string // hex SHA-256 of the secret
+	Tenant    string
+	Role      string
+	Name      string
+	CreatedAt time.Time
+	ExpiresAt *time.Time
+	RevokedAt *time.Time
+}
+
+// AuditEntry is one audited call (api.AuditEntry).
+type AuditEntry = api.AuditEntry
+
+// AuditFilter narrows ListAudit; empty fields match everything.
+type AuditFilter struct {
+	Tenant, KeyID, Resource string
+	// Before, when not 0, lists entries with a smaller id (paging).
+	Before int64
+	// Limit caps the entries returned.
+	Limit int
+}
+
+// AccessStore keeps API keys, tenants' quotas and the audit log. *SQLite
+// implements it. It is not scoped by the context's tenant: only admin
+// calls reach it for other tenants.
+type AccessStore interface {
+	// CreateKey records a key; a duplicate id or hash is errdefs.ErrConflict.
+	CreateKey(ctx context.Context, k *Key) error
+	// KeyByHash finds the key whose secret hashes to hash (revoked and
+	// expired ones too: the caller decides). Missing: errdefs.ErrNotFound.
+	KeyByHash(ctx context.Context, hash string) (*Key, error)
+	// ListKeys lists keys, oldest first; tenant "" lists all.
+	ListKeys(ctx context.Context, tenant string) ([]*Key, error)
+	// RevokeKey sets a key's RevokedAt (kept if already set) and returns
+	// it. Missing: errdefs.ErrNotFound.
+	RevokeKey(ctx context.Context, id string, at time.Time) (*Key, error)
+
+	// SetQuotas stores a tenant's quotas (creating the tenant's row).
+	SetQuotas(ctx context.Context, tenant string, q api.Quotas) error
+	// Quotas returns a tenant's quotas: none set is all unlimited.
+	Quotas(ctx context.Context, tenant string) (api.Quotas, error)
+	// Tenants lists the tenants that have keys or quotas, by name.
+	Tenants(ctx context.Context) ([]string, error)
+
+	// AppendAudit records entries in one transaction (their ID is
+	// assigned).
+	AppendAudit(ctx context.Context, entries []AuditEntry) error
+	// ListAudit returns entries, newest first.
+	ListAudit(ctx context.Context, f AuditFilter) ([]AuditEntry, error)
+	// PruneAudit removes entries older than before; it returns how many.
+	PruneAudit(ctx context.Context, before time.Time) (int64, error)
 }
 
 // Conversation is a chat conversation's durable record (api.Conversation
 // without its turns and files). Each owns a named sandbox.
 type Conversation struct {
 	ID          string
+	Tenant      string
 	Title       string
 	SandboxID   string
 	SandboxName string
@@ -179,6 +251,7 @@ type Turn struct {
 // Upload is an uploaded file's durable record; its bytes live elsewhere.
 type Upload struct {
 	ID        string
+	Tenant    string
 	Name      string
 	SizeBytes int64
 	SHA256    string

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/forkbox/forkbox/api"
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/store"
 )
@@ -45,6 +46,7 @@ func RunConversations(t *testing.T, newStore func(t *testing.T) store.Conversati
 		{"UploadConversation", testUploadConversation},
 		{"UploadNotFound", testUploadNotFound},
 		{"TimesUTC", testConvTimesUTC},
+		{"TenantScoping", testConvTenantScoping},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newStore(t)) })
@@ -54,6 +56,7 @@ func RunConversations(t *testing.T, newStore func(t *testing.T) store.Conversati
 func newConversation(id string, created time.Time) *store.Conversation {
 	return &store.Conversation{
 		ID:          id,
+		Tenant:      api.DefaultTenant,
 		Title:       "Sales by region " + id,
 		SandboxID:   "sbx_" + id,
 		SandboxName: "conv-" + id,
@@ -286,7 +289,8 @@ func testConvUpdate(t *testing.T, s store.ConversationStore) {
 		t.Fatalf("UpdateConversation: %v", err)
 	}
 	want := *upd
-	want.CreatedAt = at(1) // kept
+	want.CreatedAt = at(1)          // kept
+	want.Tenant = api.DefaultTenant // kept too
 	if d := ConversationDiff(&want, mustGetConv(t, s, "c1")); d != "" {
 		t.Errorf("after update:%s", d)
 	}
@@ -298,7 +302,7 @@ func testConvUpdate(t *testing.T, s store.ConversationStore) {
 	if err := s.UpdateConversation(ctx, upd); err != nil {
 		t.Fatal(err)
 	}
-	want = store.Conversation{ID: "c1", CreatedAt: at(1), UpdatedAt: at(8)}
+	want = store.Conversation{ID: "c1", Tenant: api.DefaultTenant, CreatedAt: at(1), UpdatedAt: at(8)}
 	if d := ConversationDiff(&want, mustGetConv(t, s, "c1")); d != "" {
 		t.Errorf("after clearing update:%s", d)
 	}
@@ -559,6 +563,7 @@ func testConvDeleteNotFound(t *testing.T, s store.ConversationStore) {
 func newUpload(id, conv string, created time.Time) *store.Upload {
 	return &store.Upload{
 		ID:             id,
+		Tenant:         api.DefaultTenant,
 		Name:           "sales-" + id + ".csv",
 		SizeBytes:      123456,
 		SHA256:         "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",

@@ -58,6 +58,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ConcurrentUpdates", testConcurrentUpdates},
 		{"TimePrecisionUTC", testTimePrecisionUTC},
 		{"Snapshots", testSnapshots},
+		{"TenantScoping", testTenantScoping},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
