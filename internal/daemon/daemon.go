@@ -136,6 +136,7 @@ type Daemon struct {
 	cfg   Config
 	log   *slog.Logger
 	store *store.SQLite
+	api   *httpapi.Server
 	mgr   *sandbox.Manager
 	rt    *runtime.Runtime
 	http  *http.Server
@@ -229,6 +230,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	}
 	mgr = sandbox.New(d.store, rt, images, snaps, defaults, log)
 	mgr.SetLockWait(cfg.LockWait)
+	mgr.SetQuotaSource(d.store)
 	mgr.SetSandboxesDir(filepath.Join(cfg.DataDir, "sandboxes"))
 	mgr.SetIDRanges(ids)
 	// Build sandboxes are sandboxes too: within the host's bounds.
@@ -272,7 +274,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, err
 	}
-	api, err := httpapi.New(httpapi.Config{APIKey: cfg.APIKey, Chat: chatSvc, Logger: log, PortsDomain: cfg.PortsDomain,
+	api, err := httpapi.New(httpapi.Config{APIKey: cfg.APIKey, Access: d.store, Chat: chatSvc, Logger: log, PortsDomain: cfg.PortsDomain,
 		MaxImageArchiveBytes: images.Bounds().ArchiveBytes}, mgr)
 	if err != nil {
 		return nil, err
@@ -280,6 +282,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if d.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, err
 	}
+	d.api = api
 	d.http = &http.Server{Handler: api.Handler(), ReadHeaderTimeout: 30 * time.Second}
 	return d, nil
 }
@@ -317,6 +320,9 @@ func (d *Daemon) Close() {
 				d.log.Warn("release sandboxes mount", "err", err)
 			}
 		}
+	}
+	if d.api != nil {
+		d.api.Close() // the audit log's last entries, before the store closes
 	}
 	if d.store != nil {
 		d.store.Close()

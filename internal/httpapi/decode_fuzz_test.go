@@ -57,6 +57,8 @@ var fuzzRequestTypes = []struct {
 	{"CheckpointRequest", func() any { return new(api.CheckpointRequest) }},
 	{"ForkRequest", func() any { return new(api.ForkRequest) }},
 	{"CreatePoolRequest", func() any { return new(api.CreatePoolRequest) }},
+	{"CreateKeyRequest", func() any { return new(api.CreateKeyRequest) }},
+	{"Tenant", func() any { return new(api.Tenant) }},
 	{"ChatRequest", func() any { return new(api.ChatRequest) }},
 	{"CreateConversationRequest", func() any { return new(api.CreateConversationRequest) }},
 }

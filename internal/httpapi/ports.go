@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"net"
@@ -16,6 +15,7 @@ import (
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/lazyre"
 	"github.com/forkbox/forkbox/internal/sandbox"
+	"github.com/forkbox/forkbox/internal/tenant"
 )
 
 // Exposed ports: /v1/sandboxes/{sandbox}/ports/{port}/… is proxied to a
@@ -40,16 +40,6 @@ const (
 	// portCSP makes what a sandbox serves a document of an opaque origin.
 	portCSP = "sandbox allow-scripts allow-forms allow-popups allow-modals allow-downloads"
 )
-
-// keyOK reports whether r carries the daemon's API key (true when there is
-// none).
-func (s *Server) keyOK(r *http.Request) bool {
-	if s.cfg.APIKey == "" {
-		return true
-	}
-	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.APIKey)) == 1
-}
 
 func portParam(r *http.Request) (int, error) {
 	p, err := strconv.Atoi(r.PathValue("port"))
@@ -171,9 +161,13 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, ref string, port 
 			token = c.Value
 		}
 	}
-	if !s.keyOK(r) && !s.mgr.PortAccess(r.Context(), ref, port, token) {
+	// A key scopes the sandbox lookups that follow to its tenant; a token
+	// (or a public port) is checked against the sandbox it names.
+	if p, err := s.authenticate(r); err == nil {
+		r = r.WithContext(tenant.With(r.Context(), p))
+	} else if !s.mgr.PortAccess(r.Context(), ref, port, token) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="forkbox"`)
-		return errdefs.Unauthenticated("this port needs the API key (Authorization: Bearer …) or its token (%s header or %s query parameter; GET /v1/sandboxes/{sandbox}/ports/{port} gives it)", portTokenHeader, portTokenQuery)
+		return errdefs.Unauthenticated("this port needs an API key (Authorization: Bearer …) or its token (%s header or %s query parameter; GET /v1/sandboxes/{sandbox}/ports/{port} gives it)", portTokenHeader, portTokenQuery)
 	}
 	conn, release, err := s.mgr.DialPort(r.Context(), ref, port)
 	if err != nil {

@@ -27,6 +27,8 @@ import (
 	"github.com/forkbox/forkbox/internal/image"
 	"github.com/forkbox/forkbox/internal/mcpserver"
 	"github.com/forkbox/forkbox/internal/sandbox"
+	"github.com/forkbox/forkbox/internal/store"
+	"github.com/forkbox/forkbox/internal/tenant"
 	"github.com/forkbox/forkbox/web"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -40,8 +42,13 @@ func OpenAPI() []byte { return openapiJSON }
 
 // Config configures the API server.
 type Config struct {
-	// APIKey, when set, is required as a bearer token on every call except /healthz.
+	// APIKey, when set, is required as a bearer token on every call except
+	// /healthz (or a tenant's key from Access); it is the default tenant's
+	// admin key.
 	APIKey string
+	// Access keeps tenants' keys and quotas and the audit log (nil: only
+	// APIKey, no audit log).
+	Access store.AccessStore
 	// MaxJSONBytes bounds JSON request bodies (default 1 MiB).
 	MaxJSONBytes int64
 	// MaxUploadBytes bounds file uploads (default 1 GiB).
@@ -71,6 +78,7 @@ type Server struct {
 	mux      *http.ServeMux
 	// hostProxy serves PortsDomain's host names.
 	hostProxy http.Handler
+	audit     *auditLog
 }
 
 // New builds the API server over mgr.
@@ -98,6 +106,10 @@ func New(cfg Config, mgr *sandbox.Manager) (*Server, error) {
 	if err := mgr.Register(s.reg); err != nil {
 		return nil, err
 	}
+	if cfg.Access != nil {
+		s.reg.MustRegister(&tenantCollector{s: s})
+	}
+	s.audit = newAuditLog(cfg.Access, s.log)
 	s.routes()
 	s.hostProxy = s.instrument("<port>-<sandbox>.ports-domain", s.proxyHost)
 	return s, nil
@@ -117,6 +129,14 @@ func (s *Server) routes() {
 		w.Write(openapiJSON)
 		return nil
 	})
+	h("POST /v1/keys", s.createKey)
+	h("GET /v1/keys", s.listKeys)
+	h("DELETE /v1/keys/{id}", s.revokeKey)
+	h("GET /v1/tenants", s.listTenants)
+	h("GET /v1/tenants/{tenant}", s.getTenant)
+	h("PUT /v1/tenants/{tenant}", s.setTenant)
+	h("GET /v1/usage", s.usage)
+	h("GET /v1/audit", s.listAudit)
 	h("POST /v1/sandboxes", s.createSandbox)
 	h("GET /v1/sandboxes", s.listSandboxes)
 	h("GET /v1/sandboxes/{sandbox}", s.getSandbox)
@@ -159,9 +179,16 @@ func (s *Server) routes() {
 	h("POST /v1/sandboxes/{sandbox}/contexts/{id}/interrupt", s.contextAction(sandbox.ContextInterrupt))
 	h("POST /v1/sandboxes/{sandbox}/contexts/{id}/restart", s.contextAction(sandbox.ContextRestart))
 	// MCP over streamable HTTP; its tools call this mux in-process, with
-	// the same panic recovery as HTTP requests.
+	// the same panic recovery as HTTP requests, as the caller of /mcp
+	// (whose principal their context carries; none: refused).
 	s.mux.Handle("/mcp", mcpserver.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.serve(w, r, s.mux)
+		p, ok := tenant.From(r.Context())
+		if !ok {
+			writeError(w, errdefs.Unauthenticated("an in-process call without a caller"))
+			return
+		}
+		p.Via = "mcp"
+		s.serve(w, r.WithContext(tenant.With(r.Context(), p)), s.mux)
 	})))
 	// The web UI: index.html at /, its files under /ui/.
 	ui := web.Handler()
@@ -182,16 +209,18 @@ func (s *Server) Handler() http.Handler {
 				return
 			}
 			// The UI's files are public (they hold no secret; the page asks
-			// for the key), everything else needs the key.
+			// for the key), everything else needs a key.
 			// A sandbox's exposed port also takes its own token
 			// (proxyPort checks).
 			if r.URL.Path != "/healthz" && !web.Public(r) && !portProxyRE.MatchString(r.URL.Path) {
-				if !s.keyOK(r) {
+				p, err := s.authenticate(r)
+				if err != nil {
 					w.Header().Set("WWW-Authenticate", `Bearer realm="forkbox"`)
-					writeError(w, errdefs.Unauthenticated("missing or wrong API key: send Authorization: Bearer <FORKBOX_API_KEY>"))
-					s.requests.WithLabelValues("auth", "401").Inc()
+					writeError(w, err)
+					s.requests.WithLabelValues("auth", strconv.Itoa(errStatus(err))).Inc()
 					return
 				}
+				r = r.WithContext(tenant.With(r.Context(), p))
 			}
 			s.mux.ServeHTTP(w, r)
 		}))
@@ -304,6 +333,11 @@ func (s *Server) instrument(route string, f func(http.ResponseWriter, *http.Requ
 		}
 		sw := &statusWriter{ResponseWriter: w}
 		start := time.Now()
+		audit := audited(r.Method, route)
+		res := &resourceBox{}
+		if audit {
+			r = r.WithContext(context.WithValue(r.Context(), resourceKey{}, res))
+		}
 		err := f(sw, r)
 		if err != nil {
 			if sw.code == 0 {
@@ -323,6 +357,9 @@ func (s *Server) instrument(route string, f func(http.ResponseWriter, *http.Requ
 			io.CopyN(io.Discard, r.Body, drainOnRefusal)
 		}
 		s.requests.WithLabelValues(route, strconv.Itoa(code)).Inc()
+		if audit {
+			s.record(r, route, res.v, code, err)
+		}
 		lvl := slog.LevelDebug
 		if code >= 500 {
 			lvl = slog.LevelError
@@ -332,6 +369,30 @@ func (s *Server) instrument(route string, f func(http.ResponseWriter, *http.Requ
 	})
 }
 
+func errStatus(err error) int {
+	st, _ := errdefs.HTTPStatus(err)
+	return st
+}
+
+// record puts one call in the audit log.
+func (s *Server) record(r *http.Request, route, resource string, code int, err error) {
+	p, _ := tenant.From(r.Context())
+	if resource == "" {
+		resource = resourceOf(r)
+	}
+	outcome := "ok"
+	if err != nil {
+		_, outcome = errdefs.HTTPStatus(err)
+	} else if code >= 400 {
+		outcome = strings.ToLower(strings.ReplaceAll(http.StatusText(code), " ", "_"))
+	}
+	s.audit.add(api.AuditEntry{At: time.Now().UTC(), KeyID: p.KeyID, Tenant: p.Tenant, Action: route, Resource: resource,
+		Status: code, Outcome: outcome, RequestID: RequestID(r.Context()), Via: p.Via})
+}
+
+// Close writes out the audit log's last entries and stops its writer.
+func (s *Server) Close() { s.audit.close() }
+
 // writeError is the one place where an error becomes an HTTP answer.
 func writeError(w http.ResponseWriter, err error) {
 	status, code := errdefs.HTTPStatus(err)
@@ -339,7 +400,12 @@ func writeError(w http.ResponseWriter, err error) {
 	if status == http.StatusInternalServerError && msg == "" {
 		msg = "internal error"
 	}
-	writeJSON(w, status, api.Error{Error: api.ErrorBody{Code: code, Message: msg, RequestID: w.Header().Get(requestIDHeader)}})
+	body := api.ErrorBody{Code: code, Message: msg, RequestID: w.Header().Get(requestIDHeader)}
+	var qe *sandbox.QuotaError
+	if errors.As(err, &qe) {
+		body.Quota = &qe.QuotaExceeded
+	}
+	writeJSON(w, status, api.Error{Error: body})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

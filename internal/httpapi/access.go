@@ -1,0 +1,542 @@
+package httpapi
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base32"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/forkbox/forkbox/api"
+	"github.com/forkbox/forkbox/internal/errdefs"
+	"github.com/forkbox/forkbox/internal/store"
+	"github.com/forkbox/forkbox/internal/tenant"
+)
+
+// Access: who a request is, what it may do, and the audit log of what it
+// did. The daemon's own key (Config.APIKey) is an admin key of the default
+// tenant; the keys it makes (POST /v1/keys) are kept hashed in the store and
+// belong to a tenant. authenticate puts the caller's tenant.Principal in the
+// request's context, and from there the store scopes every lookup to its
+// tenant: another tenant's resource is "not found", the same answer as one
+// that does not exist. With no key configured the daemon is single-user
+// (loopback only, see daemon.Config.Validate): every caller is the default
+// tenant's admin, and tenant keys cannot be made.
+
+// actAsHeader lets an admin key act within another tenant (an operator
+// cleaning up, or looking into a tenant's sandbox): the calls are that
+// tenant's, and the audit log names the admin's key.
+const actAsHeader = "X-Forkbox-Tenant"
+
+// keyPrefix starts every key the daemon makes, so that a leaked one is easy
+// to recognise (secret scanners, logs).
+const keyPrefix = "fbk_"
+
+var b32 = base32.StdEncoding.WithPadding(base32.NoPadding)
+
+func hashKey(secret string) string {
+	h := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(h[:])
+}
+
+// authenticate returns the principal of r's bearer key. No key configured:
+// the default tenant's admin. A wrong, revoked or expired key: an
+// unauthenticated error saying which (a revoked key's holder learns nothing
+// it did not know).
+func (s *Server) authenticate(r *http.Request) (tenant.Principal, error) {
+	p, err := s.keyPrincipal(r)
+	if err != nil {
+		return p, err
+	}
+	if as := r.Header.Get(actAsHeader); as != "" {
+		if !p.Admin {
+			return tenant.Principal{}, errdefs.PermissionDenied("%s: only an admin key acts within another tenant", actAsHeader)
+		}
+		if !tenant.ValidName.MatchString(as) {
+			return tenant.Principal{}, errdefs.InvalidArgument("%s: %q is not a tenant name", actAsHeader, as)
+		}
+		p.Tenant = as
+	}
+	return p, nil
+}
+
+// keyPrincipal is the principal of r's key itself.
+func (s *Server) keyPrincipal(r *http.Request) (tenant.Principal, error) {
+	if s.cfg.APIKey == "" {
+		return tenant.Principal{Tenant: tenant.Default, Admin: true}, nil
+	}
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || got == "" {
+		return tenant.Principal{}, errdefs.Unauthenticated("missing API key: send Authorization: Bearer <key>")
+	}
+	if subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.APIKey)) == 1 {
+		return tenant.Principal{KeyID: "admin", Tenant: tenant.Default, Admin: true}, nil
+	}
+	if s.cfg.Access == nil || !strings.HasPrefix(got, keyPrefix) {
+		return tenant.Principal{}, errdefs.Unauthenticated("wrong API key")
+	}
+	// The store is looked up by the secret's hash: no comparison of
+	// secrets happens here, so there is no timing to measure.
+	k, err := s.cfg.Access.KeyByHash(r.Context(), hashKey(got))
+	switch {
+	case errors.Is(err, errdefs.ErrNotFound):
+		return tenant.Principal{}, errdefs.Unauthenticated("wrong API key")
+	case err != nil:
+		return tenant.Principal{}, err
+	case k.RevokedAt != nil:
+		return tenant.Principal{}, errdefs.Unauthenticated("API key %s was revoked", k.ID)
+	case k.ExpiresAt != nil && !time.Now().Before(*k.ExpiresAt):
+		return tenant.Principal{}, errdefs.Unauthenticated("API key %s expired at %s", k.ID, k.ExpiresAt.Format(time.RFC3339))
+	}
+	return tenant.Principal{KeyID: k.ID, Tenant: k.Tenant, Admin: k.Role == api.RoleAdmin}, nil
+}
+
+// requireAdmin refuses a non-admin caller.
+func requireAdmin(ctx context.Context) (tenant.Principal, error) {
+	p, ok := tenant.From(ctx)
+	if !ok || !p.Admin {
+		return p, errdefs.PermissionDenied("this call needs an admin key")
+	}
+	return p, nil
+}
+
+func (s *Server) accessStore() (store.AccessStore, error) {
+	if s.cfg.Access == nil {
+		return nil, errdefs.Unavailable("this daemon keeps no keys")
+	}
+	return s.cfg.Access, nil
+}
+
+func keyView(k *store.Key) api.Key {
+	return api.Key{ID: k.ID, Tenant: k.Tenant, Role: k.Role, Name: k.Name, CreatedAt: k.CreatedAt, ExpiresAt: k.ExpiresAt, RevokedAt: k.RevokedAt}
+}
+
+// createKey is POST /v1/keys.
+func (s *Server) createKey(w http.ResponseWriter, r *http.Request) error {
+	if _, err := requireAdmin(r.Context()); err != nil {
+		return err
+	}
+	as, err := s.accessStore()
+	if err != nil {
+		return err
+	}
+	if s.cfg.APIKey == "" {
+		return errdefs.FailedPrecondition("tenant keys need the daemon's own key: start it with FORKBOX_API_KEY set (without one, anyone who reaches it is admin)")
+	}
+	var req api.CreateKeyRequest
+	if err := s.decodeJSON(w, r, &req); err != nil {
+		return err
+	}
+	if !tenant.ValidName.MatchString(req.Tenant) {
+		return errdefs.InvalidArgument("tenant: %q must be 1-32 lowercase letters, digits or '-', starting with a letter or digit", req.Tenant)
+	}
+	switch req.Role {
+	case "":
+		req.Role = api.RoleUser
+	case api.RoleUser, api.RoleAdmin:
+	default:
+		return errdefs.InvalidArgument("role: %q is not %q or %q", req.Role, api.RoleUser, api.RoleAdmin)
+	}
+	if len(req.Name) > 128 {
+		return errdefs.InvalidArgument("name: at most 128 characters")
+	}
+	now := time.Now().UTC()
+	expires := req.ExpiresAt
+	if req.ExpiresIn != "" {
+		if expires != nil {
+			return errdefs.InvalidArgument("expires_at, expires_in: give at most one")
+		}
+		d, err := time.ParseDuration(req.ExpiresIn)
+		if err != nil || d <= 0 {
+			return errdefs.InvalidArgument("expires_in: %q is not a positive duration such as \"720h\"", req.ExpiresIn)
+		}
+		t := now.Add(d)
+		expires = &t
+	}
+	if expires != nil && !expires.After(now) {
+		return errdefs.InvalidArgument("expires_at: %s is not in the future", expires.Format(time.RFC3339))
+	}
+	if req.Quotas != nil {
+		if err := checkQuotas(*req.Quotas); err != nil {
+			return err
+		}
+	}
+	var raw [32]byte
+	rand.Read(raw[:])
+	var idb [8]byte
+	rand.Read(idb[:])
+	secret := keyPrefix + strings.ToLower(b32.EncodeToString(raw[:]))
+	k := &store.Key{ID: "key_" + hex.EncodeToString(idb[:]), Hash: hashKey(secret), Tenant: req.Tenant, Role: req.Role,
+		Name: req.Name, CreatedAt: now, ExpiresAt: expires}
+	if req.Quotas != nil {
+		if err := as.SetQuotas(r.Context(), req.Tenant, *req.Quotas); err != nil {
+			return err
+		}
+	}
+	if err := as.CreateKey(r.Context(), k); err != nil {
+		return err
+	}
+	v := keyView(k)
+	v.Secret = secret
+	setResource(r, k.ID)
+	writeJSON(w, http.StatusCreated, v)
+	return nil
+}
+
+// listKeys is GET /v1/keys.
+func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) error {
+	if _, err := requireAdmin(r.Context()); err != nil {
+		return err
+	}
+	as, err := s.accessStore()
+	if err != nil {
+		return err
+	}
+	keys, err := as.ListKeys(r.Context(), r.URL.Query().Get("tenant"))
+	if err != nil {
+		return err
+	}
+	out := api.KeyList{Keys: make([]api.Key, 0, len(keys))}
+	for _, k := range keys {
+		out.Keys = append(out.Keys, keyView(k))
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// revokeKey is DELETE /v1/keys/{id}: the key is refused from the next
+// request on.
+func (s *Server) revokeKey(w http.ResponseWriter, r *http.Request) error {
+	if _, err := requireAdmin(r.Context()); err != nil {
+		return err
+	}
+	as, err := s.accessStore()
+	if err != nil {
+		return err
+	}
+	k, err := as.RevokeKey(r.Context(), r.PathValue("id"), time.Now().UTC())
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, keyView(k))
+	return nil
+}
+
+func checkQuotas(q api.Quotas) error {
+	for _, c := range []struct {
+		name string
+		v    *int64
+	}{{api.QuotaRunningSandboxes, q.RunningSandboxes}, {api.QuotaMemoryMB, q.MemoryMB}, {api.QuotaSuspendedSandboxes, q.SuspendedSandboxes},
+		{api.QuotaSnapshotBytes, q.SnapshotBytes}, {api.QuotaImageBytes, q.ImageBytes}} {
+		if c.v != nil && *c.v < 0 {
+			return errdefs.InvalidArgument("quotas.%s: %d is negative (leave it out for no limit)", c.name, *c.v)
+		}
+	}
+	if q.CPUs != nil && !(*q.CPUs >= 0) {
+		return errdefs.InvalidArgument("quotas.cpus: %v is negative (leave it out for no limit)", *q.CPUs)
+	}
+	return nil
+}
+
+func (s *Server) tenantView(ctx context.Context, name string) (api.Tenant, error) {
+	u, err := s.mgr.Usage(ctx, name)
+	if err != nil {
+		return api.Tenant{}, err
+	}
+	return api.Tenant{Name: name, Quotas: u.Quotas, Usage: u}, nil
+}
+
+// listTenants is GET /v1/tenants.
+func (s *Server) listTenants(w http.ResponseWriter, r *http.Request) error {
+	if _, err := requireAdmin(r.Context()); err != nil {
+		return err
+	}
+	as, err := s.accessStore()
+	if err != nil {
+		return err
+	}
+	names, err := as.Tenants(r.Context())
+	if err != nil {
+		return err
+	}
+	if !containsString(names, tenant.Default) {
+		names = append([]string{tenant.Default}, names...)
+	}
+	out := api.TenantList{Tenants: []api.Tenant{}}
+	for _, n := range names {
+		t, err := s.tenantView(r.Context(), n)
+		if err != nil {
+			return err
+		}
+		out.Tenants = append(out.Tenants, t)
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func containsString(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func tenantParam(r *http.Request) (string, error) {
+	name := r.PathValue("tenant")
+	if !tenant.ValidName.MatchString(name) {
+		return "", errdefs.InvalidArgument("tenant: %q is not a tenant name", name)
+	}
+	return name, nil
+}
+
+// getTenant is GET /v1/tenants/{tenant}.
+func (s *Server) getTenant(w http.ResponseWriter, r *http.Request) error {
+	if _, err := requireAdmin(r.Context()); err != nil {
+		return err
+	}
+	name, err := tenantParam(r)
+	if err != nil {
+		return err
+	}
+	t, err := s.tenantView(r.Context(), name)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, t)
+	return nil
+}
+
+// setTenant is PUT /v1/tenants/{tenant}: its quotas, replaced whole.
+func (s *Server) setTenant(w http.ResponseWriter, r *http.Request) error {
+	if _, err := requireAdmin(r.Context()); err != nil {
+		return err
+	}
+	as, err := s.accessStore()
+	if err != nil {
+		return err
+	}
+	name, err := tenantParam(r)
+	if err != nil {
+		return err
+	}
+	var req api.Tenant
+	if err := s.decodeJSON(w, r, &req); err != nil {
+		return err
+	}
+	if req.Name != "" && req.Name != name {
+		return errdefs.InvalidArgument("name: %q differs from the path's tenant %q", req.Name, name)
+	}
+	if req.Usage != nil {
+		return errdefs.InvalidArgument("usage: measured by the daemon, not set")
+	}
+	if err := checkQuotas(req.Quotas); err != nil {
+		return err
+	}
+	if err := as.SetQuotas(r.Context(), name, req.Quotas); err != nil {
+		return err
+	}
+	t, err := s.tenantView(r.Context(), name)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, t)
+	return nil
+}
+
+// usage is GET /v1/usage: the caller's tenant's (an admin may ask for
+// another's with ?tenant=).
+func (s *Server) usage(w http.ResponseWriter, r *http.Request) error {
+	p, _ := tenant.From(r.Context())
+	name := p.Tenant
+	if q := r.URL.Query().Get("tenant"); q != "" && q != name {
+		if !p.Admin {
+			return errdefs.PermissionDenied("tenant: only an admin key reads another tenant's usage")
+		}
+		if !tenant.ValidName.MatchString(q) {
+			return errdefs.InvalidArgument("tenant: %q is not a tenant name", q)
+		}
+		name = q
+	}
+	u, err := s.mgr.Usage(r.Context(), name)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, u)
+	return nil
+}
+
+// listAudit is GET /v1/audit.
+func (s *Server) listAudit(w http.ResponseWriter, r *http.Request) error {
+	if _, err := requireAdmin(r.Context()); err != nil {
+		return err
+	}
+	as, err := s.accessStore()
+	if err != nil {
+		return err
+	}
+	q := r.URL.Query()
+	f := store.AuditFilter{Tenant: q.Get("tenant"), KeyID: q.Get("key_id"), Resource: q.Get("resource"), Limit: 100}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			return errdefs.InvalidArgument("limit: %q is not a number from 1 to 1000", v)
+		}
+		f.Limit = n
+	}
+	if v := q.Get("before"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 1 {
+			return errdefs.InvalidArgument("before: %q is not an entry id", v)
+		}
+		f.Before = n
+	}
+	s.audit.flush() // what was just done is in the answer
+	entries, err := as.ListAudit(r.Context(), f)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, api.AuditList{Entries: entries})
+	return nil
+}
+
+// The audit log: every call that may change something (any method but GET,
+// HEAD and OPTIONS; a port's proxied traffic is the app's, not the API's)
+// is recorded with its caller, route, resource and outcome. Entries are
+// written in batches by one goroutine (an fsync'd write per exec would
+// slow every call down); a crash loses at most the last batch interval's.
+
+const (
+	auditBatch    = 256
+	auditInterval = 200 * time.Millisecond
+	// auditRetention is how long entries are kept.
+	auditRetention = 90 * 24 * time.Hour
+)
+
+type auditLog struct {
+	st   store.AccessStore
+	log  interface{ Warn(string, ...any) }
+	mu   sync.Mutex
+	buf  []api.AuditEntry
+	wake chan struct{}
+	done chan struct{}
+	// flushMu serializes writes, so that flush returns after what it
+	// took is stored.
+	flushMu   sync.Mutex
+	closeOnce sync.Once
+	pruned    time.Time
+}
+
+func newAuditLog(st store.AccessStore, log interface{ Warn(string, ...any) }) *auditLog {
+	a := &auditLog{st: st, log: log, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	if st != nil {
+		go a.run()
+	}
+	return a
+}
+
+func (a *auditLog) add(e api.AuditEntry) {
+	if a == nil || a.st == nil {
+		return
+	}
+	a.mu.Lock()
+	a.buf = append(a.buf, e)
+	n := len(a.buf)
+	a.mu.Unlock()
+	if n >= auditBatch {
+		select {
+		case a.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (a *auditLog) run() {
+	t := time.NewTicker(auditInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-a.done:
+			a.flush()
+			return
+		case <-t.C:
+		case <-a.wake:
+		}
+		a.flush()
+		if time.Since(a.pruned) > time.Hour {
+			a.pruned = time.Now()
+			if _, err := a.st.PruneAudit(context.Background(), time.Now().Add(-auditRetention)); err != nil {
+				a.log.Warn("prune audit log", "err", err)
+			}
+		}
+	}
+}
+
+// flush stores what is buffered.
+func (a *auditLog) flush() {
+	if a == nil || a.st == nil {
+		return
+	}
+	a.flushMu.Lock()
+	defer a.flushMu.Unlock()
+	a.mu.Lock()
+	batch := a.buf
+	a.buf = nil
+	a.mu.Unlock()
+	if len(batch) == 0 {
+		return
+	}
+	if err := a.st.AppendAudit(context.Background(), batch); err != nil {
+		a.log.Warn("write audit log", "entries", len(batch), "err", err)
+		a.mu.Lock()
+		a.buf = append(batch, a.buf...) // kept for the next try
+		a.mu.Unlock()
+	}
+}
+
+func (a *auditLog) close() {
+	if a == nil || a.st == nil {
+		return
+	}
+	a.closeOnce.Do(func() { close(a.done) })
+	a.flush()
+}
+
+// audited says whether a call of method on route goes in the audit log.
+func audited(method, route string) bool {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return false
+	}
+	return !strings.Contains(route, "/ports/{port}/") && !strings.Contains(route, "ports-domain")
+}
+
+// resourceKey holds the resource a handler names for the audit log when
+// the path does not (a key just made).
+type resourceKey struct{}
+
+type resourceBox struct{ v string }
+
+func setResource(r *http.Request, v string) {
+	if b, ok := r.Context().Value(resourceKey{}).(*resourceBox); ok {
+		b.v = v
+	}
+}
+
+// resourceOf is the resource r's path names.
+func resourceOf(r *http.Request) string {
+	for _, k := range []string{"sandbox", "id", "name", "tenant"} {
+		if v := r.PathValue(k); v != "" {
+			return v
+		}
+	}
+	return ""
+}
