@@ -80,6 +80,10 @@ type APIError struct {
 	Status  int
 	Code    string
 	Message string
+	// Quota is set on a 429 (ErrResourceExhausted) for a tenant's quota: the
+	// quota, what the tenant holds, what the call asked for on top, and the
+	// limit. It is nil for other errors, host limits included.
+	Quota *api.QuotaExceeded
 }
 
 func (e *APIError) Error() string {
@@ -149,7 +153,7 @@ func decodeError(resp *http.Response) error {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 	var e api.Error
 	if json.Unmarshal(body, &e) == nil && e.Error.Code != "" {
-		return &APIError{Status: resp.StatusCode, Code: e.Error.Code, Message: e.Error.Message}
+		return &APIError{Status: resp.StatusCode, Code: e.Error.Code, Message: e.Error.Message, Quota: e.Error.Quota}
 	}
 	msg := strings.TrimSpace(string(body))
 	if msg == "" || strings.ContainsRune(msg, '<') { // empty, or an HTML error page

@@ -151,7 +151,7 @@ func failureError(data []byte) error {
 		return &APIError{Status: http.StatusInternalServerError, Code: "internal", Message: string(data)}
 	}
 	status, _ := errdefs.HTTPStatus(errdefs.FromCode(eb.Code))
-	return &APIError{Status: status, Code: eb.Code, Message: eb.Message}
+	return &APIError{Status: status, Code: eb.Code, Message: eb.Message, Quota: eb.Quota}
 }
 
 // MainText returns the text of e's main result (the value of the cell's last

@@ -100,4 +100,12 @@
 // and files), DeleteConversation and GetUpload manage them. Chat needs the
 // daemon to have a model provider configured; without one it fails with
 // ErrUnavailable, and the rest works.
+//
+// Tenants: every resource belongs to the tenant of the API key that made it.
+// With an admin key, CreateKey makes a key for a tenant (its Secret is shown
+// only then), ListKeys and RevokeKey manage keys, ListTenants, GetTenant and
+// SetTenantQuotas manage tenants' quotas, and Audit reads the audit log;
+// Usage, with any key, shows what the caller's tenant holds against its
+// quotas. A call that would go over a quota fails with ErrResourceExhausted,
+// and its *APIError's Quota says which quota and by how much.
 package client

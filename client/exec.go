@@ -77,7 +77,7 @@ func (c *Client) ExecStream(ctx context.Context, sandbox string, req api.ExecReq
 				return &APIError{Status: http.StatusInternalServerError, Code: "internal", Message: string(ev.data)}
 			}
 			status, _ := errdefs.HTTPStatus(errdefs.FromCode(eb.Code))
-			return &APIError{Status: status, Code: eb.Code, Message: eb.Message}
+			return &APIError{Status: status, Code: eb.Code, Message: eb.Message, Quota: eb.Quota}
 		}
 		// Other events are from a newer daemon; skip them.
 		return nil

@@ -69,13 +69,24 @@ var documented = map[string]reflect.Type{
 	"ConversationList":          reflect.TypeFor[api.ConversationList](),
 	"CreateConversationRequest": reflect.TypeFor[api.CreateConversationRequest](),
 	"UploadedFile":              reflect.TypeFor[api.UploadedFile](),
+
+	"Key":              reflect.TypeFor[api.Key](),
+	"CreateKeyRequest": reflect.TypeFor[api.CreateKeyRequest](),
+	"KeyList":          reflect.TypeFor[api.KeyList](),
+	"Quotas":           reflect.TypeFor[api.Quotas](),
+	"TenantUsage":      reflect.TypeFor[api.TenantUsage](),
+	"Tenant":           reflect.TypeFor[api.Tenant](),
+	"TenantList":       reflect.TypeFor[api.TenantList](),
+	"QuotaExceeded":    reflect.TypeFor[api.QuotaExceeded](),
+	"AuditEntry":       reflect.TypeFor[api.AuditEntry](),
+	"AuditList":        reflect.TypeFor[api.AuditList](),
 }
 
 // requestBodies are decoded strictly by the daemon, so their schemas must
 // forbid unknown properties.
 var requestBodies = []string{"CreateSandboxRequest", "UpdateSandboxRequest", "NetworkPolicy", "UpdatePortRequest", "ExecRequest", "RunCodeRequest", "CreateContextRequest",
 	"CheckpointRequest", "ForkRequest", "CreatePoolRequest", "Recipe", "RecipeStep", "CopyStep",
-	"ChatRequest", "CreateConversationRequest"}
+	"ChatRequest", "CreateConversationRequest", "CreateKeyRequest", "Quotas"}
 
 // schemaOnly are documented shapes without a Go type in package api. Result
 // is the map[string]any of Execution.Results and of a result event.
@@ -344,6 +355,9 @@ func TestOpenAPIPaths(t *testing.T) {
 		"POST /v1/chat", "POST /v1/conversations", "GET /v1/conversations",
 		"GET /v1/conversations/{id}", "DELETE /v1/conversations/{id}",
 		"POST /v1/files", "GET /v1/files/{id}",
+		"POST /v1/keys", "GET /v1/keys", "DELETE /v1/keys/{id}",
+		"GET /v1/tenants", "GET /v1/tenants/{tenant}", "PUT /v1/tenants/{tenant}",
+		"GET /v1/usage", "GET /v1/audit",
 		"GET /healthz", "GET /metrics", "GET /v1/openapi.json",
 	} {
 		method, p, _ := strings.Cut(want, " ")
@@ -584,5 +598,108 @@ func TestOpenAPIChat(t *testing.T) {
 	}
 	if got := resolve(raw, "#/components/schemas/ChatRequest/properties/question/minLength"); got != 1.0 {
 		t.Errorf("ChatRequest.question minLength = %v, want 1", got)
+	}
+}
+
+// TestOpenAPIAccess pins the key, tenant, usage and audit endpoints' statuses,
+// bodies, parameters and enums to the document and to package api.
+func TestOpenAPIAccess(t *testing.T) {
+	raw, _ := loadOpenAPI(t)
+	esc := func(p string) string { return strings.ReplaceAll(p, "/", "~1") }
+	for op, codes := range map[string][]string{
+		"POST /v1/keys":                           {"201", "400", "401", "403", "409"},
+		"GET /v1/keys":                            {"200", "401", "403"},
+		"DELETE /v1/keys/{id}":                    {"200", "401", "403", "404"},
+		"GET /v1/tenants":                         {"200", "401", "403"},
+		"GET /v1/tenants/{tenant}":                {"200", "400", "401", "403"},
+		"PUT /v1/tenants/{tenant}":                {"200", "400", "401", "403"},
+		"GET /v1/usage":                           {"200", "400", "401", "403"},
+		"GET /v1/audit":                           {"200", "400", "401", "403"},
+		"POST /v1/sandboxes":                      {"429"},
+		"POST /v1/pools":                          {"429"},
+		"POST /v1/images":                         {"429"},
+		"POST /v1/sandboxes/{sandbox}/resume":     {"429"},
+		"POST /v1/sandboxes/{sandbox}/checkpoint": {"429"},
+	} {
+		method, path, _ := strings.Cut(op, " ")
+		for _, code := range codes {
+			if resolve(raw, "#/paths/"+esc(path)+"/"+strings.ToLower(method)+"/responses/"+code) == nil {
+				t.Errorf("%s: no %s answer", op, code)
+			}
+		}
+	}
+	if got := resolve(raw, "#/components/responses/Forbidden/content/application~1json/example/error/code"); got != "permission_denied" {
+		t.Errorf("Forbidden example code = %v", got)
+	}
+	for _, c := range []struct{ path, at, want string }{
+		{"/v1/keys", "post/requestBody", "CreateKeyRequest"},
+		{"/v1/keys", "post/responses/201", "Key"},
+		{"/v1/keys", "get/responses/200", "KeyList"},
+		{"/v1/keys/{id}", "delete/responses/200", "Key"},
+		{"/v1/tenants", "get/responses/200", "TenantList"},
+		{"/v1/tenants/{tenant}", "get/responses/200", "Tenant"},
+		{"/v1/tenants/{tenant}", "put/responses/200", "Tenant"},
+		{"/v1/tenants/{tenant}", "put/requestBody/content/application~1json/schema/properties/quotas", "Quotas"},
+		{"/v1/usage", "get/responses/200", "TenantUsage"},
+		{"/v1/audit", "get/responses/200", "AuditList"},
+	} {
+		ref := "#/paths/" + esc(c.path) + "/" + c.at + "/content/application~1json/schema/$ref"
+		if strings.Contains(c.at, "/properties/") {
+			ref = "#/paths/" + esc(c.path) + "/" + c.at + "/$ref"
+		}
+		if got := resolve(raw, ref); got != "#/components/schemas/"+c.want {
+			t.Errorf("%s %s: schema %v, want %s", c.path, c.at, got, c.want)
+		}
+	}
+	// The body of PUT /v1/tenants/{tenant} is a Tenant whose name is ignored.
+	put := "#/paths/~1v1~1tenants~1{tenant}/put/requestBody/content/application~1json/schema/"
+	if got := resolve(raw, put+"required"); !reflect.DeepEqual(got, []any{"quotas"}) || resolve(raw, put+"additionalProperties") != false {
+		t.Errorf("PUT /v1/tenants/{tenant} body: required %v, additionalProperties %v", got, resolve(raw, put+"additionalProperties"))
+	}
+	// Query parameters, in the names the client sends.
+	params := map[string][]string{"/v1/keys/get": {"tenant"}, "/v1/usage/get": {"tenant"},
+		"/v1/audit/get": {"tenant", "key_id", "resource", "limit", "before"}}
+	for at, want := range params {
+		path, method, _ := strings.Cut(strings.TrimPrefix(at, "/"), "/get")
+		list, _ := resolve(raw, "#/paths/~1"+esc(path)+method+"/get/parameters").([]any)
+		var got []string
+		for _, p := range list {
+			if p.(map[string]any)["in"] == "query" {
+				got = append(got, p.(map[string]any)["name"].(string))
+			}
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s query parameters = %q, want %q", at, got, want)
+		}
+	}
+	var limit map[string]any
+	list, _ := resolve(raw, "#/paths/~1v1~1audit/get/parameters").([]any)
+	for _, p := range list {
+		if p := p.(map[string]any); p["name"] == "limit" {
+			limit, _ = p["schema"].(map[string]any)
+		}
+	}
+	if limit["minimum"] != 1.0 || limit["maximum"] != 1000.0 || limit["default"] != 100.0 {
+		t.Errorf("audit limit = %v, want 1..1000, default 100", limit)
+	}
+	get := func(ref string) any { return resolve(raw, "#/components/schemas/"+ref) }
+	for ref, want := range map[string]any{
+		"Key/properties/role/enum":                 []any{api.RoleAdmin, api.RoleUser},
+		"CreateKeyRequest/properties/role/enum":    []any{api.RoleUser, api.RoleAdmin},
+		"CreateKeyRequest/properties/role/default": api.RoleUser,
+		"QuotaExceeded/properties/quota/enum": []any{api.QuotaRunningSandboxes, api.QuotaMemoryMB, api.QuotaCPUs,
+			api.QuotaSuspendedSandboxes, api.QuotaSnapshotBytes, api.QuotaImageBytes},
+		"ErrorBody/properties/quota/$ref": "#/components/schemas/QuotaExceeded",
+	} {
+		if got := get(ref); !reflect.DeepEqual(got, want) {
+			t.Errorf("%s = %v, want %v", ref, got, want)
+		}
+	}
+	// Every quota name is a Quotas and a TenantUsage property.
+	for _, q := range []string{api.QuotaRunningSandboxes, api.QuotaMemoryMB, api.QuotaCPUs,
+		api.QuotaSuspendedSandboxes, api.QuotaSnapshotBytes, api.QuotaImageBytes} {
+		if get("Quotas/properties/"+q) == nil || get("TenantUsage/properties/"+q) == nil {
+			t.Errorf("quota %s is not a property of Quotas and TenantUsage", q)
+		}
 	}
 }

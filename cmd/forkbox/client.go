@@ -1,7 +1,8 @@
 package main
 
 // The client commands (create, ls, exec, run, contexts, context, cp, rm,
-// suspend, resume, checkpoint, fork, snapshots, snapshot, pool) talk to a
+// suspend, resume, checkpoint, fork, snapshots, snapshot, pool, image, port,
+// key, tenant, usage, audit) talk to a
 // daemon over HTTP through the Go SDK in package client; nothing here knows
 // the wire format.
 
@@ -49,7 +50,8 @@ func addClientFlags(root *cobra.Command) {
 // clientCmds returns the commands that talk to a daemon.
 func clientCmds() []*cobra.Command {
 	return []*cobra.Command{createCmd(), lsCmd(), execCmd(), runCmd(), contextsCmd(), contextCmd(), cpCmd(), rmCmd(),
-		suspendCmd(), resumeCmd(), checkpointCmd(), forkCmd(), snapshotsCmd(), snapshotCmd(), poolCmd(), imageCmd(), portCmd()}
+		suspendCmd(), resumeCmd(), checkpointCmd(), forkCmd(), snapshotsCmd(), snapshotCmd(), poolCmd(), imageCmd(), portCmd(),
+		keyCmd(), tenantCmd(), usageCmd(), auditCmd()}
 }
 
 // newClient builds a client from the persistent flags.
@@ -76,6 +78,7 @@ func explain(err error) error {
 	var (
 		ue *url.Error
 		oe *net.OpError
+		ae *client.APIError
 	)
 	switch {
 	case err == nil:
@@ -87,6 +90,8 @@ func explain(err error) error {
 			clientFlags.url, client.EnvURL, unwrapDial(oe))
 	case errors.Is(err, errdefs.ErrUnauthenticated):
 		return fmt.Errorf("%w (set --api-key or %s)", err, client.EnvAPIKey)
+	case errors.As(err, &ae) && ae.Quota != nil:
+		return &quotaError{err: err, q: ae.Quota}
 	}
 	return err
 }
