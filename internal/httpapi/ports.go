@@ -163,13 +163,17 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, ref string, port 
 	}
 	// A key scopes the sandbox lookups that follow to its tenant; a token
 	// (or a public port) is checked against the sandbox it names.
+	target := ref
 	if p, err := s.authenticate(r); err == nil {
 		r = r.WithContext(tenant.With(r.Context(), p))
-	} else if !s.mgr.PortAccess(r.Context(), ref, port, token) {
+	} else if id, owner, ok := s.mgr.PortAccess(r.Context(), ref, port, token); ok {
+		target = id
+		r = r.WithContext(tenant.With(r.Context(), tenant.Principal{Tenant: owner, KeyID: "port-token"}))
+	} else {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="forkbox"`)
 		return errdefs.Unauthenticated("this port needs an API key (Authorization: Bearer …) or its token (%s header or %s query parameter; GET /v1/sandboxes/{sandbox}/ports/{port} gives it)", portTokenHeader, portTokenQuery)
 	}
-	conn, release, err := s.mgr.DialPort(r.Context(), ref, port)
+	conn, release, err := s.mgr.DialPort(r.Context(), target, port)
 	if err != nil {
 		return err
 	}

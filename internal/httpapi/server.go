@@ -123,7 +123,15 @@ func (s *Server) routes() {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 		return nil
 	})
-	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+	// Metrics name every tenant: an admin's.
+	metrics := promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{})
+	s.mux.Handle("GET /metrics", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := requireAdmin(r.Context()); err != nil {
+			writeError(w, err)
+			return
+		}
+		metrics.ServeHTTP(w, r)
+	}))
 	h("GET /v1/openapi.json", func(w http.ResponseWriter, r *http.Request) error {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write(openapiJSON)

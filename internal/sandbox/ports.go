@@ -93,16 +93,23 @@ func (m *Manager) updatePort(ctx context.Context, ref string, port int, change f
 // without the API key: the port is public, or token is its token. Unknown
 // sandboxes and ports without settings give false (the caller answers as
 // for a wrong key, so nothing is learnt about what exists).
-func (m *Manager) PortAccess(ctx context.Context, ref string, port int, token string) bool {
+//
+// It returns the sandbox the token (or publicity) was checked against: the
+// caller reaches that one, by its id and as its tenant, and no other that
+// ref might also name (two tenants may both have a "dev").
+func (m *Manager) PortAccess(ctx context.Context, ref string, port int, token string) (id, owner string, ok bool) {
 	sb, err := m.store.Get(ctx, ref)
 	if err != nil {
-		return false
+		return "", "", false
 	}
-	pa, ok := sb.Spec.Ports[port]
-	if !ok {
-		return false
+	pa, found := sb.Spec.Ports[port]
+	if !found {
+		return "", "", false
 	}
-	return pa.Public || (token != "" && subtle.ConstantTimeCompare([]byte(token), []byte(pa.Token)) == 1)
+	if pa.Public || (token != "" && subtle.ConstantTimeCompare([]byte(token), []byte(pa.Token)) == 1) {
+		return sb.ID, sb.Tenant, true
+	}
+	return "", "", false
 }
 
 // DialPort connects to port of sandbox ref for one proxied request,

@@ -229,6 +229,37 @@ func TestTenants(t *testing.T) {
 		json.Unmarshal([]byte(body), &fr) != nil {
 		t.Fatalf("globex forking past its quota: %d %s", status, body)
 	}
+	// Both tenants have a "dev" serving its /workspace on port 8000: a
+	// port token reaches its own tenant's dev, never the other one.
+	serve := func(c *client.Client) {
+		t.Helper()
+		r, err := c.Exec(ctx, "dev", api.ExecRequest{Cmd: "sh", Args: []string{"-c",
+			"cd /workspace && nohup python3 -m http.server 8000 --bind 127.0.0.1 >/dev/null 2>&1 & " +
+				"for i in $(seq 100); do python3 -c \"import socket; socket.create_connection(('127.0.0.1', 8000), 1)\" 2>/dev/null && exit 0; sleep 0.1; done; exit 1"}})
+		if err != nil || r.ExitCode != 0 {
+			t.Fatalf("start a server in dev: %+v %v", r, err)
+		}
+	}
+	serve(acme)
+	serve(globex)
+	gp, err := globex.Port(ctx, "dev", 8000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 10; i++ {
+		status, _, body := rawRequest(t, d, "GET", "/v1/sandboxes/dev/ports/8000/owner", nil, map[string]string{"X-Forkbox-Token": gp.Token})
+		if status != http.StatusNotFound || strings.Contains(body, "acme") {
+			t.Fatalf("globex's port token on dev/owner: %d %q; want globex's server's 404", status, body)
+		}
+	}
+	// An admin acts within a tenant; a user key cannot.
+	if status, _, body := rawRequest(t, d, "GET", "/v1/sandboxes/dev", nil, map[string]string{"Authorization": "Bearer " + admin, "X-Forkbox-Tenant": "acme"}); status != 200 || !strings.Contains(body, sb.ID) {
+		t.Errorf("admin acting within acme: %d %s", status, body)
+	}
+	if status, _, body := rawRequest(t, d, "GET", "/v1/sandboxes/dev", nil, map[string]string{"Authorization": "Bearer " + globexKey.Secret, "X-Forkbox-Tenant": "acme"}); status != http.StatusForbidden {
+		t.Errorf("globex acting within acme: %d %s", status, body)
+	}
+
 	var usage api.TenantUsage
 	adminCall(t, d, globexKey.Secret, "GET", "/v1/usage", nil, 200, &usage)
 	if usage.Tenant != "globex" || usage.RunningSandboxes != 1 || usage.Quotas.RunningSandboxes == nil || *usage.Quotas.RunningSandboxes != 1 {
@@ -242,7 +273,7 @@ func TestTenants(t *testing.T) {
 	}
 
 	// A user key is not an admin.
-	for _, c := range []call{{"GET", "/v1/audit", ""}, {"GET", "/v1/keys", ""}, {"POST", "/v1/keys", `{"tenant":"globex","role":"admin"}`},
+	for _, c := range []call{{"GET", "/v1/audit", ""}, {"GET", "/metrics", ""}, {"GET", "/v1/keys", ""}, {"POST", "/v1/keys", `{"tenant":"globex","role":"admin"}`},
 		{"PUT", "/v1/tenants/globex", `{"quotas":{}}`}, {"GET", "/v1/usage?tenant=acme", ""}} {
 		if status, _, body := rawRequest(t, d, c.method, c.path, []byte(c.body), hdr); status != http.StatusForbidden {
 			t.Errorf("globex %s %s: %d %s; want 403", c.method, c.path, status, body)
