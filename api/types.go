@@ -108,6 +108,17 @@ type Port struct {
 	HostURL string `json:"host_url,omitempty"`
 	Token   string `json:"token"`
 	Public  bool   `json:"public"`
+	// Listening says a process in the sandbox listens on the port now
+	// (set in listings); Process names it (what the sandbox calls it).
+	Listening bool   `json:"listening,omitempty"`
+	Process   string `json:"process,omitempty"`
+}
+
+// PortList is the body of GET /v1/sandboxes/{sandbox}/ports: the ports
+// listening in the sandbox now (its Jupyter kernels' left out) and those
+// with access settings, by port. Tokens are not listed (GET the port).
+type PortList struct {
+	Ports []Port `json:"ports"`
 }
 
 // UpdatePortRequest is the body of PUT /v1/sandboxes/{sandbox}/ports/{port}.

@@ -42,6 +42,7 @@ var documented = map[string]reflect.Type{
 	"ForkRequest":          reflect.TypeFor[api.ForkRequest](),
 	"NetworkPolicy":        reflect.TypeFor[api.NetworkPolicy](),
 	"Port":                 reflect.TypeFor[api.Port](),
+	"PortList":             reflect.TypeFor[api.PortList](),
 	"UpdatePortRequest":    reflect.TypeFor[api.UpdatePortRequest](),
 	"UpdateSandboxRequest": reflect.TypeFor[api.UpdateSandboxRequest](),
 	"ForkResult":           reflect.TypeFor[api.ForkResult](),

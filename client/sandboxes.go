@@ -112,6 +112,17 @@ func (c *Client) Resume(ctx context.Context, sandbox string) (*api.Sandbox, erro
 	return &sb, nil
 }
 
+// ListPorts lists the sandbox's ports: those a process in it listens on
+// now (its Jupyter kernels' left out; a suspended sandbox is not resumed)
+// and those with access settings. Tokens are not listed: Port gives one.
+func (c *Client) ListPorts(ctx context.Context, sandbox string) (*api.PortList, error) {
+	var l api.PortList
+	if err := c.doJSON(ctx, http.MethodGet, sandboxPath(sandbox, "/ports"), nil, nil, &l); err != nil {
+		return nil, err
+	}
+	return &l, nil
+}
+
 // Port returns how to reach a server listening on port inside the sandbox:
 // its proxy URL on the daemon and its access token (made on first request).
 func (c *Client) Port(ctx context.Context, sandbox string, port int) (*api.Port, error) {

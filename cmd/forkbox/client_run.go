@@ -468,3 +468,13 @@ func exactArgs(n int, msg string) cobra.PositionalArgs {
 		return nil
 	}
 }
+
+// rangeArgs is cobra.RangeArgs with a message that says what is wrong.
+func rangeArgs(min, max int, msg string) cobra.PositionalArgs {
+	return func(_ *cobra.Command, args []string) error {
+		if len(args) < min || len(args) > max {
+			return errors.New(msg)
+		}
+		return nil
+	}
+}

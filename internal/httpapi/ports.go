@@ -50,6 +50,12 @@ func portParam(r *http.Request) (int, error) {
 }
 
 func (s *Server) writePort(w http.ResponseWriter, r *http.Request, p *api.Port) {
+	s.portURLs(r, p)
+	writeJSON(w, http.StatusOK, p)
+}
+
+// portURLs fills p's URL (and HostURL) for the address r came to.
+func (s *Server) portURLs(r *http.Request, p *api.Port) {
 	scheme := "http"
 	if r.TLS != nil {
 		scheme = "https"
@@ -62,7 +68,19 @@ func (s *Server) writePort(w http.ResponseWriter, r *http.Request, p *api.Port) 
 		}
 		p.HostURL = fmt.Sprintf("%s://%d-%s.%s%s/", scheme, p.Port, p.Sandbox, d, port)
 	}
-	writeJSON(w, http.StatusOK, p)
+}
+
+// listPorts is GET /v1/sandboxes/{sandbox}/ports.
+func (s *Server) listPorts(w http.ResponseWriter, r *http.Request) error {
+	ports, err := s.mgr.ListPorts(r.Context(), r.PathValue("sandbox"))
+	if err != nil {
+		return err
+	}
+	for i := range ports {
+		s.portURLs(r, &ports[i])
+	}
+	writeJSON(w, http.StatusOK, api.PortList{Ports: ports})
+	return nil
 }
 
 // portCall serves GET and DELETE on a port: op on the sandbox and port of
@@ -156,7 +174,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, ref string, port 
 			fromQuery = true
 		}
 	}
-	if token == "" && host {
+	if token == "" {
 		if c, err := r.Cookie(portTokenCookie); err == nil {
 			token = c.Value
 		}
@@ -179,12 +197,19 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, ref string, port 
 	}
 	defer release()
 	defer conn.Close()
-	if host && fromQuery {
-		http.SetCookie(w, &http.Cookie{Name: portTokenCookie, Value: token, Path: "/", HttpOnly: true, SameSite: http.SameSiteLaxMode})
-	}
 	prefix := ""
 	if !host {
 		prefix = sandbox.PortPath(ref, port)
+	}
+	if fromQuery {
+		// The pages the app links to next pass too: the token is kept in
+		// a cookie of the port's host, or of the port's path on the
+		// daemon's host (it never reaches the app, see dropCookie).
+		path := "/"
+		if !host {
+			path = prefix
+		}
+		http.SetCookie(w, &http.Cookie{Name: portTokenCookie, Value: token, Path: path, HttpOnly: true, SameSite: http.SameSiteLaxMode})
 	}
 	dialed := false
 	rp := &httputil.ReverseProxy{

@@ -150,6 +150,7 @@ func (s *Server) routes() {
 	h("GET /v1/sandboxes/{sandbox}", s.getSandbox)
 	h("PATCH /v1/sandboxes/{sandbox}", s.updateSandbox)
 	h("DELETE /v1/sandboxes/{sandbox}", s.deleteSandbox)
+	h("GET /v1/sandboxes/{sandbox}/ports", s.listPorts)
 	h("GET /v1/sandboxes/{sandbox}/ports/{port}", s.portCall(s.mgr.Port))
 	h("PUT /v1/sandboxes/{sandbox}/ports/{port}", s.updatePort)
 	h("DELETE /v1/sandboxes/{sandbox}/ports/{port}", s.portCall(s.mgr.RevokePort))

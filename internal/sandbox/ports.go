@@ -7,9 +7,11 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net"
+	"sort"
 
 	"github.com/forkbox/forkbox/api"
 	"github.com/forkbox/forkbox/internal/errdefs"
+	"github.com/forkbox/forkbox/internal/runtime"
 	"github.com/forkbox/forkbox/internal/store"
 )
 
@@ -39,6 +41,50 @@ func newPortToken() string {
 
 func portView(sb *store.Sandbox, port int, pa store.PortAccess) *api.Port {
 	return &api.Port{Sandbox: sb.ID, Port: port, Path: PortPath(sb.ID, port), Token: pa.Token, Public: pa.Public}
+}
+
+// portLister is the runtime's listing of a sandbox's listening ports
+// (runtime.Runtime has it; fakes need not).
+type portLister interface {
+	Listeners(id string, info *runtime.Info) ([]runtime.Listener, error)
+}
+
+// ListPorts lists the ports of sandbox ref: those listening now, when it is
+// running (a listing does not resume a suspended sandbox), and those with
+// access settings.
+func (m *Manager) ListPorts(ctx context.Context, ref string) ([]api.Port, error) {
+	sb, err := m.store.Get(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	byPort := map[int]*api.Port{}
+	for port, pa := range sb.Spec.Ports {
+		p := portView(sb, port, pa)
+		p.Token = ""
+		byPort[port] = p
+	}
+	if pl, ok := m.rt.(portLister); ok {
+		if l := m.findLiveFor(ctx, sb.ID); l != nil && sb.State == api.StateRunning {
+			ls, err := pl.Listeners(sb.ID, l.info)
+			if err != nil {
+				return nil, err
+			}
+			for _, li := range ls {
+				p := byPort[li.Port]
+				if p == nil {
+					p = portView(sb, li.Port, store.PortAccess{})
+					byPort[li.Port] = p
+				}
+				p.Listening, p.Process = true, li.Process
+			}
+		}
+	}
+	out := make([]api.Port, 0, len(byPort))
+	for _, p := range byPort {
+		out = append(out, *p)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Port < out[j].Port })
+	return out, nil
 }
 
 // Port returns how to reach port of sandbox ref, making its token when it

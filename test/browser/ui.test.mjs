@@ -316,6 +316,36 @@ test('fork: the snapshot graph gains the two branches (1280x800)', { skip, timeo
   await shot(page, 'fork-branch-1280');
 });
 
+test('ports: a server started in the sandbox shows in the panel and opens in a new tab (1280x800)', { skip, timeout: 180000 }, async (t) => {
+  const page = await open(t, LAPTOP);
+  const cell = await runCell(page, [
+    'import subprocess, socket, time',
+    "open('/workspace/hello-port.txt', 'w').write('hello from the port')",
+    "srv = subprocess.Popen(['python3', '-m', 'http.server', '8000', '--bind', '127.0.0.1'], cwd='/workspace', stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)",
+    'for _ in range(100):',
+    '    try:',
+    "        socket.create_connection(('127.0.0.1', 8000), 1).close(); break",
+    '    except OSError:',
+    '        time.sleep(0.1)',
+    "print('serving')",
+  ].join('\n'));
+  assert.equal((await cell.getByTestId('output-stdout').textContent()).trim(), 'serving', `the cell: ${await cell.textContent()}`);
+  const item = page.locator('[data-testid="sandbox-port"][data-port="8000"]');
+  await waitFor('port 8000 in the panel', () => item.isVisible(), 30000);
+  assert.match(await item.textContent(), /python3/);
+  // The kernel's own ports are not listed.
+  assert.equal(await page.getByTestId('sandbox-port').count(), 1, 'only the server the code started');
+  await shot(page, 'ports-1280');
+
+  const [tab] = await Promise.all([page.context().waitForEvent('page'), page.getByTestId('port-open-8000').click()]);
+  await waitFor('the listing in the new tab', async () => /hello-port\.txt/.test(await tab.content().catch(() => '')), 30000);
+  assert.match(tab.url(), /\/ports\/8000\/\?forkbox_token=/);
+  // The listing's links work: the token went into a cookie of the port's path.
+  await tab.locator('a[href="hello-port.txt"]').click();
+  await waitFor('the file through the link', async () => /hello from the port/.test(await tab.content().catch(() => '')), 30000);
+  await tab.close();
+});
+
 test('lifecycle: suspend, resume, checkpoint and terminate from the panel (1280x800)', { skip, timeout: 240000 }, async (t) => {
   const page = await open(t, LAPTOP);
   await runCell(page, 'y = 5');

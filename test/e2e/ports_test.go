@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -148,8 +149,47 @@ func TestPorts(t *testing.T) {
 	if code, body, _ := get(p.URL+"hello.txt", map[string]string{"X-Forkbox-Token": p.Token}); code != 200 || body != "served-from-inside\n" {
 		t.Errorf("token header: %d %q", code, body)
 	}
-	if code, body, _ := get(p.URL+"hello.txt?forkbox_token="+p.Token, nil); code != 200 || body != "served-from-inside\n" {
+	code, body, qh := get(p.URL+"hello.txt?forkbox_token="+p.Token, nil)
+	if code != 200 || body != "served-from-inside\n" {
 		t.Errorf("token query: %d %q", code, body)
+	}
+	// A token given on the URL is kept in an HttpOnly cookie of the port's
+	// path, so the pages the app links to pass too.
+	var tokCookie *http.Cookie
+	for _, c := range (&http.Response{Header: qh}).Cookies() {
+		if c.Name == "forkbox_token" {
+			tokCookie = c
+		}
+	}
+	if tokCookie == nil || tokCookie.Value != p.Token || tokCookie.Path != "/v1/sandboxes/"+sb.ID+"/ports/8000/" || !tokCookie.HttpOnly {
+		t.Fatalf("the token's cookie: %+v", tokCookie)
+	}
+	if code, body, _ := get(p.URL+"hello.txt", map[string]string{"Cookie": "forkbox_token=" + p.Token}); code != 200 || body != "served-from-inside\n" {
+		t.Errorf("the token's cookie alone: %d %q", code, body)
+	}
+	if code, _, _ := get(p.URL+"hello.txt", map[string]string{"Cookie": "forkbox_token=fbxp_wrong"}); code != 401 {
+		t.Errorf("a wrong token's cookie: %d; want 401", code)
+	}
+	// The listing of the sandbox's ports: the three servers, named, and
+	// none of its Jupyter kernel's ports (a kernel runs from the cell).
+	if _, err := d.c.RunCode(ctx, sb.ID, api.RunCodeRequest{Code: "1 + 1"}); err != nil {
+		t.Fatal(err)
+	}
+	pl, err := d.c.ListPorts(ctx, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var listening []string
+	for _, lp := range pl.Ports {
+		if lp.Listening {
+			listening = append(listening, fmt.Sprintf("%d:%s", lp.Port, lp.Process))
+		}
+		if lp.Token != "" {
+			t.Errorf("a port listing shows a token: %+v", lp)
+		}
+	}
+	if strings.Join(listening, ",") != "8000:python3,8001:python3,8765:python3" {
+		t.Errorf("listening ports: %v; want the three servers only", listening)
 	}
 	// Another port's token does not open this one; another sandbox's
 	// neither, and an unknown sandbox answers as a wrong key does.
@@ -174,8 +214,14 @@ func TestPorts(t *testing.T) {
 		if code != 200 || !strings.HasPrefix(body, "GET /some/path?x=1 HTTP/1.1") || strings.Contains(body, key) || strings.Contains(body, ph.Token) {
 			t.Errorf("what the sandbox got: %d\n%s", code, body)
 		}
-		if c := hdr.Get("Set-Cookie"); !strings.Contains(c, "Path=/v1/sandboxes/"+sb.ID+"/ports/8001/") || strings.Contains(c, "Domain") {
-			t.Errorf("the sandbox's cookie: %q", c)
+		var app string
+		for _, c := range hdr.Values("Set-Cookie") {
+			if strings.HasPrefix(c, "app=") {
+				app = c
+			}
+		}
+		if !strings.Contains(app, "Path=/v1/sandboxes/"+sb.ID+"/ports/8001/") || strings.Contains(app, "Domain") {
+			t.Errorf("the sandbox's cookie: %q", app)
 		}
 	}
 	// A token does not open the API: a path that climbs out of the port

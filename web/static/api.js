@@ -160,6 +160,8 @@ export const api = {
   checkpoint: (id, type = 'memory') => request('POST', `/v1/sandboxes/${enc(id)}/checkpoint`, { type }),
   fork: (id, count = 2) => request('POST', `/v1/sandboxes/${enc(id)}/fork`, { count }),
   terminate: (id) => request('DELETE', `/v1/sandboxes/${enc(id)}`),
+  listPorts: (id) => request('GET', `/v1/sandboxes/${enc(id)}/ports`),
+  getPort: (id, port) => request('GET', `/v1/sandboxes/${enc(id)}/ports/${enc(String(port))}`),
   upload,
   chat: (body, onEvent, opts) => stream('/v1/chat', body, onEvent, opts),
   runCode: (id, code, onEvent, opts) => stream(`/v1/sandboxes/${enc(id)}/code`, { code }, onEvent, opts),

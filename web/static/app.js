@@ -99,6 +99,7 @@ const el = {
   codeForm: $('code-form'), codeInput: $('code-input'), run: $('run-button'), codeTarget: $('code-target'),
   sbNone: $('sandbox-none'), sbInfo: $('sandbox-info'), sbName: $('sandbox-name'), sbId: $('sandbox-id'),
   sbState: $('sandbox-state'), sbFacts: $('sandbox-facts'), focusNote: $('focus-note'),
+  sbPorts: $('sandbox-ports'), sbPortList: $('sandbox-port-list'),
   actions: $('sandbox-actions'), graph: $('graph'), panelDot: $('toggle-panel-dot'),
   filesCard: $('files-card'), fileList: $('file-list'),
   keyDialog: $('key-dialog'), keyInput: $('key-input'),
@@ -1021,6 +1022,7 @@ async function refreshSandbox(withGraph = false) {
     const stateChanged = !state.sandbox || state.sandbox.state !== sb.state;
     state.sandbox = sb;
     renderSandbox();
+    refreshPorts(id, sb.state);
     renderCodeTarget();
     if (withGraph || stateChanged) refreshGraph();
   } catch (err) {
@@ -1032,6 +1034,47 @@ async function refreshSandbox(withGraph = false) {
     } else if (err instanceof ApiError && err.status === 401) {
       showError(err);
     }
+  }
+}
+
+// The servers code started in the sandbox: each listening port with a link
+// that opens it in a new tab through the daemon (its token on the URL; the
+// daemon keeps it in a cookie of the port's path, so the app's links work).
+let portsSeq = 0;
+async function refreshPorts(id, st) {
+  const seq = ++portsSeq;
+  let ports = [];
+  if (st === 'running') {
+    try {
+      const list = await api.listPorts(id);
+      ports = ((list && list.ports) || []).filter((p) => p.listening);
+    } catch {
+      ports = [];
+    }
+  }
+  if (seq !== portsSeq || state.focus !== id) return;
+  el.sbPorts.hidden = ports.length === 0;
+  el.sbPortList.replaceChildren(...ports.map((p) => h('li', { 'data-testid': 'sandbox-port', 'data-port': String(p.port) },
+    h('code', { text: String(p.port) }),
+    h('span', { class: 'muted', text: p.process || '' }),
+    h('button', {
+      class: 'link-btn', type: 'button', 'data-testid': `port-open-${p.port}`, text: 'Open ↗',
+      title: `Open port ${p.port} in a new tab`,
+      onclick: () => openPort(id, p.port),
+    }))));
+}
+
+async function openPort(id, port) {
+  // The tab is opened at once (a popup blocker allows it during the
+  // click), then pointed at the port once its token is known.
+  const tab = window.open('about:blank', '_blank');
+  try {
+    const p = await api.getPort(id, port);
+    const url = `${p.host_url || p.url}?forkbox_token=${encodeURIComponent(p.token)}`;
+    if (tab) { tab.opener = null; tab.location.href = url; } else window.location.assign(url);
+  } catch (err) {
+    if (tab) tab.close();
+    showError(err);
   }
 }
 
