@@ -84,6 +84,7 @@ func rhRoutes() []*rhRoute {
 		{method: "GET", pattern: "/v1/sandboxes/{sandbox}", weight: 4},
 		{method: "PATCH", pattern: "/v1/sandboxes/{sandbox}", weight: 2, body: rhUpdateSandboxBody},
 		{method: "DELETE", pattern: "/v1/sandboxes/{sandbox}", weight: 2, destructive: true},
+		{method: "GET", pattern: "/v1/sandboxes/{sandbox}/ports", weight: 1},
 		{method: "GET", pattern: "/v1/sandboxes/{sandbox}/ports/{port}", weight: 1},
 		{method: "PUT", pattern: "/v1/sandboxes/{sandbox}/ports/{port}", weight: 1, body: rhUpdatePortBody},
 		{method: "DELETE", pattern: "/v1/sandboxes/{sandbox}/ports/{port}", weight: 1},
@@ -119,6 +120,14 @@ func rhRoutes() []*rhRoute {
 		{method: "GET", pattern: "/v1/conversations/{id}", weight: 2},
 		{method: "DELETE", pattern: "/v1/conversations/{id}", weight: 1, destructive: true},
 		{method: "POST", pattern: "/v1/files", weight: 2, body: rhCSVUploadBody},
+		{method: "POST", pattern: "/v1/keys", weight: 1, body: rhKeyBody},
+		{method: "GET", pattern: "/v1/keys", weight: 1, query: rhTenantQuery},
+		{method: "DELETE", pattern: "/v1/keys/{id}", weight: 1},
+		{method: "GET", pattern: "/v1/tenants", weight: 1},
+		{method: "GET", pattern: "/v1/tenants/{tenant}", weight: 1},
+		{method: "PUT", pattern: "/v1/tenants/{tenant}", weight: 1, body: rhTenantBody},
+		{method: "GET", pattern: "/v1/usage", weight: 1, query: rhTenantQuery},
+		{method: "GET", pattern: "/v1/audit", weight: 1, query: rhAuditQuery},
 		{method: "GET", pattern: "/v1/files/{id}", weight: 1},
 		{pattern: "/mcp", weight: 3, body: rhMCPBody},
 		{method: "GET", pattern: "/{$}", weight: 1},
@@ -747,6 +756,55 @@ func rhChatBody(g *rhGen) rhBody {
 	})
 }
 
+// rhQuotas: quotas, with negative, fractional and wrong-typed values.
+func rhQuotas(g *rhGen) any {
+	return map[string]any{
+		"running_sandboxes": g.num(2, 0, -1, 1.5, "3"),
+		"memory_mb":         g.num(1024, 0, -5),
+		"cpus":              g.num(0.5, 2, -1),
+		"snapshot_bytes":    g.num(1<<30, 0),
+	}
+}
+
+func rhKeyBody(g *rhGen) rhBody {
+	return g.jsonBody([]rhField{
+		{"!tenant", func(g *rhGen) any { return rhPick(g, "acme", "default", "Bad Name", "", g.garbage()) }},
+		{"role", func(g *rhGen) any { return g.str("user", "admin", "root") }},
+		{"name", func(g *rhGen) any { return g.str("ci", strings.Repeat("n", 200)) }},
+		{"expires_in", func(g *rhGen) any { return g.str("1h", "-1h", "0s", "forever") }},
+		{"expires_at", func(g *rhGen) any { return g.str("2099-01-01T00:00:00Z", "2000-01-01T00:00:00Z", "tomorrow") }},
+		{"quotas", rhQuotas},
+	}, nil)
+}
+
+func rhTenantBody(g *rhGen) rhBody {
+	return g.jsonBody([]rhField{
+		{"name", func(g *rhGen) any { return g.str("acme", "other") }},
+		{"quotas", rhQuotas},
+	}, nil)
+}
+
+func rhTenantQuery(g *rhGen) string {
+	if g.p(0.5) {
+		return ""
+	}
+	return url.Values{"tenant": {rhPick(g, "default", "acme", "Bad Name", g.garbage())}}.Encode()
+}
+
+func rhAuditQuery(g *rhGen) string {
+	q := url.Values{}
+	if g.p(0.4) {
+		q.Set("limit", rhPick(g, "1", "1000", "1001", "0", "-3", "x"))
+	}
+	if g.p(0.3) {
+		q.Set("before", rhPick(g, "1", "0", "99999999999", "x"))
+	}
+	if g.p(0.3) {
+		q.Set("tenant", rhPick(g, "default", "acme", g.garbage()))
+	}
+	return q.Encode()
+}
+
 func rhConversationBody(g *rhGen) rhBody {
 	if g.p(0.3) {
 		return rhBody{}
@@ -1173,6 +1231,10 @@ func (g *rhGen) path(rt *rhRoute, method string) string {
 			v = g.st.imageRef(g, method != "GET" && method != "HEAD")
 		case strings.Contains(rt.pattern, "/contexts/"):
 			v = g.st.contextRef(g)
+		case p == "{tenant}":
+			v = rhPick(g, "default", "acme", "Bad Name", "-x", strings.Repeat("t", 40), g.garbage())
+		case strings.HasPrefix(rt.pattern, "/v1/keys"):
+			v = rhPick(g, "key_0123456789abcdef", "admin", "", g.garbage())
 		default:
 			v = g.garbage()
 		}
