@@ -6,7 +6,9 @@
 // follows semantic versioning against the v1 API — a minor version adds
 // methods or fields, nothing is removed or changed before a v2 API — and is
 // sent in the User-Agent. The Python and TypeScript SDKs (sdk/python,
-// sdk/js) have the same surface.
+// sdk/js) have the same surface for sandboxes, code, files, snapshots and
+// ports; managing keys, tenants and the audit log is the Go SDK's and the
+// CLI's (an operator's task).
 //
 // A Client is safe for concurrent use and holds no per-call state: create one
 // per daemon and share it. Every method takes a context; cancelling it aborts
