@@ -107,7 +107,11 @@ func requireAdmin(ctx context.Context) (tenant.Principal, error) {
 	return p, nil
 }
 
-func (s *Server) accessStore() (store.AccessStore, error) {
+// adminStore is the access store, for an admin caller only.
+func (s *Server) adminStore(r *http.Request) (store.AccessStore, error) {
+	if _, err := requireAdmin(r.Context()); err != nil {
+		return nil, err
+	}
 	if s.cfg.Access == nil {
 		return nil, errdefs.Unavailable("this daemon keeps no keys")
 	}
@@ -120,10 +124,7 @@ func keyView(k *store.Key) api.Key {
 
 // createKey is POST /v1/keys.
 func (s *Server) createKey(w http.ResponseWriter, r *http.Request) error {
-	if _, err := requireAdmin(r.Context()); err != nil {
-		return err
-	}
-	as, err := s.accessStore()
+	as, err := s.adminStore(r)
 	if err != nil {
 		return err
 	}
@@ -192,10 +193,7 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) error {
 
 // listKeys is GET /v1/keys.
 func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) error {
-	if _, err := requireAdmin(r.Context()); err != nil {
-		return err
-	}
-	as, err := s.accessStore()
+	as, err := s.adminStore(r)
 	if err != nil {
 		return err
 	}
@@ -214,10 +212,7 @@ func (s *Server) listKeys(w http.ResponseWriter, r *http.Request) error {
 // revokeKey is DELETE /v1/keys/{id}: the key is refused from the next
 // request on.
 func (s *Server) revokeKey(w http.ResponseWriter, r *http.Request) error {
-	if _, err := requireAdmin(r.Context()); err != nil {
-		return err
-	}
-	as, err := s.accessStore()
+	as, err := s.adminStore(r)
 	if err != nil {
 		return err
 	}
@@ -255,10 +250,7 @@ func (s *Server) tenantView(ctx context.Context, name string) (api.Tenant, error
 
 // listTenants is GET /v1/tenants.
 func (s *Server) listTenants(w http.ResponseWriter, r *http.Request) error {
-	if _, err := requireAdmin(r.Context()); err != nil {
-		return err
-	}
-	as, err := s.accessStore()
+	as, err := s.adminStore(r)
 	if err != nil {
 		return err
 	}
@@ -317,10 +309,7 @@ func (s *Server) getTenant(w http.ResponseWriter, r *http.Request) error {
 
 // setTenant is PUT /v1/tenants/{tenant}: its quotas, replaced whole.
 func (s *Server) setTenant(w http.ResponseWriter, r *http.Request) error {
-	if _, err := requireAdmin(r.Context()); err != nil {
-		return err
-	}
-	as, err := s.accessStore()
+	as, err := s.adminStore(r)
 	if err != nil {
 		return err
 	}
@@ -376,10 +365,7 @@ func (s *Server) usage(w http.ResponseWriter, r *http.Request) error {
 
 // listAudit is GET /v1/audit.
 func (s *Server) listAudit(w http.ResponseWriter, r *http.Request) error {
-	if _, err := requireAdmin(r.Context()); err != nil {
-		return err
-	}
-	as, err := s.accessStore()
+	as, err := s.adminStore(r)
 	if err != nil {
 		return err
 	}
