@@ -122,7 +122,7 @@ func ImageAPI(img *image.Image) api.Image {
 		env = []string{}
 	}
 	return api.Image{
-		Name: displayImage(img.Name), ID: img.ID, Base: img.Base, Layers: layers, Env: env, WorkDir: img.WorkDir,
+		Name: displayImage(img.Name), ID: img.ID, Base: displayImage(img.Base), Layers: layers, Env: env, WorkDir: img.WorkDir,
 		User: img.User, UID: img.UID, GID: img.GID, SizeBytes: img.SizeBytes, CreatedAt: img.CreatedAt,
 	}
 }
