@@ -37,6 +37,9 @@ type CreateSandboxRequest struct {
 	// AutoResume (default true): a call that needs a suspended sandbox
 	// running resumes it; false makes such calls answer 409.
 	AutoResume *bool `json:"auto_resume,omitempty"`
+	// SuspendOnIdle: an idle sandbox is suspended rather than terminated
+	// even without a name (named sandboxes always are).
+	SuspendOnIdle bool `json:"suspend_on_idle,omitempty"`
 	// Pool hands out a ready sandbox of that warm pool (falling back to a
 	// normal restore when it is empty).
 	Pool string `json:"pool,omitempty"`
@@ -59,6 +62,7 @@ type Sandbox struct {
 	AllowInternetAccess bool              `json:"allow_internet_access"`
 	Network             *NetworkPolicy    `json:"network,omitempty"`
 	AutoResume          bool              `json:"auto_resume"`
+	SuspendOnIdle       bool              `json:"suspend_on_idle,omitempty"`
 	Env                 map[string]string `json:"env,omitempty"`
 	Labels              map[string]string `json:"labels,omitempty"`
 	CreatedAt           time.Time         `json:"created_at"`
@@ -87,6 +91,8 @@ type UpdateSandboxRequest struct {
 	// Network replaces the egress policy (an empty object: the default);
 	// it applies to a running sandbox at once.
 	Network *NetworkPolicy `json:"network,omitempty"`
+	// TimeoutSecs replaces the idle timeout, counted from now.
+	TimeoutSecs *int64 `json:"timeout_secs,omitempty"`
 }
 
 // Port is how to reach a server listening on a port inside a sandbox:

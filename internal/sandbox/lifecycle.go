@@ -125,7 +125,7 @@ func (m *Manager) reapOnce(ctx context.Context) {
 		l.mu.Lock()
 		idle := l.inflight == 0 && now.Sub(l.lastActive) >= l.timeout
 		expired := !l.deadline.IsZero() && now.After(l.deadline)
-		named := l.name != ""
+		named := l.name != "" || l.keepOnIdle
 		if l.pooled {
 			idle = false
 		}

@@ -49,6 +49,9 @@ type Defaults struct {
 	TimeoutSecs int64
 }
 
+// maxTimeoutSecs bounds a sandbox's idle timeout (a week).
+const maxTimeoutSecs = 7 * 24 * 3600
+
 // DefaultDefaults are forkbox's built-in defaults.
 var DefaultDefaults = Defaults{CPUs: 1, MemoryMB: 1024, DiskMB: 2048, PIDsLimit: 512, TimeoutSecs: 300}
 
@@ -112,13 +115,15 @@ type Manager struct {
 
 // live is the in-memory side of a running sandbox.
 type live struct {
-	id       string
-	name     string
-	tenant   string // whose it is
-	info     *runtime.Info
-	agent    *agent.Client
-	timeout  time.Duration
-	deadline time.Time // max lifetime; zero: none
+	id     string
+	name   string
+	tenant string // whose it is
+	// keepOnIdle: suspended at its idle timeout though unnamed.
+	keepOnIdle bool
+	info       *runtime.Info
+	agent      *agent.Client
+	timeout    time.Duration
+	deadline   time.Time // max lifetime; zero: none
 	// gate is held shared by every call and exclusively by a memory
 	// checkpoint or suspend, which need no connection into the sandbox open.
 	gate       *gate
@@ -255,7 +260,7 @@ func (m *Manager) validate(req *api.CreateSandboxRequest) (store.Spec, error) {
 	d := m.defaults
 	spec := store.Spec{CPUs: d.CPUs, MemoryMB: d.MemoryMB, DiskMB: d.DiskMB, PIDsLimit: d.PIDsLimit, TimeoutSecs: d.TimeoutSecs,
 		AllowInternetAccess: req.AllowInternetAccess, Env: req.Env, Labels: req.Labels,
-		NoAutoResume: req.AutoResume != nil && !*req.AutoResume}
+		NoAutoResume: req.AutoResume != nil && !*req.AutoResume, SuspendOnIdle: req.SuspendOnIdle}
 	if req.Name != "" && (!nameRE.MatchString(req.Name) || strings.HasPrefix(req.Name, "sbx_")) {
 		return spec, errdefs.InvalidArgument("name: %q must match %s and not start with sbx_", req.Name, nameRE)
 	}
@@ -278,7 +283,7 @@ func (m *Manager) validate(req *api.CreateSandboxRequest) (store.Spec, error) {
 		{"memory_mb", req.MemoryMB, 64, 65536, &spec.MemoryMB},
 		{"disk_mb", req.DiskMB, 64, 1 << 20, &spec.DiskMB},
 		{"pids_limit", req.PIDsLimit, 16, 32768, &spec.PIDsLimit},
-		{"timeout_secs", req.TimeoutSecs, 1, 7 * 24 * 3600, &spec.TimeoutSecs},
+		{"timeout_secs", req.TimeoutSecs, 1, maxTimeoutSecs, &spec.TimeoutSecs},
 		{"max_lifetime_secs", req.MaxLifetimeSecs, 0, 365 * 24 * 3600, &spec.MaxLifetimeSecs},
 	}
 	for _, f := range ints {
@@ -465,7 +470,7 @@ func sortedKeys(mp map[string]string) []string {
 
 func (m *Manager) track(sb *store.Sandbox, info *runtime.Info) *live {
 	l := &live{
-		id: sb.ID, name: sb.Name, tenant: sb.Tenant, info: info, gate: newGate(),
+		id: sb.ID, name: sb.Name, tenant: sb.Tenant, keepOnIdle: sb.Spec.SuspendOnIdle, info: info, gate: newGate(),
 		agent:      agent.NewClient(runtime.SocketPath(info)),
 		timeout:    time.Duration(sb.Spec.TimeoutSecs) * time.Second,
 		lastActive: sb.LastActiveAt, persistedAt: sb.LastActiveAt,
@@ -556,8 +561,8 @@ func (m *Manager) view(sb *store.Sandbox) *api.Sandbox {
 		PIDsLimit: sb.Spec.PIDsLimit, TimeoutSecs: sb.Spec.TimeoutSecs, MaxLifetimeSecs: sb.Spec.MaxLifetimeSecs,
 		AllowInternetAccess: sb.Spec.AllowInternetAccess, Network: sb.Spec.Network,
 		Env: maps.Clone(sb.Spec.Env), Labels: maps.Clone(sb.Spec.Labels),
-		AutoResume: !sb.Spec.NoAutoResume,
-		CreatedAt:  sb.CreatedAt, LastActiveAt: sb.LastActiveAt, TerminatedAt: sb.TerminatedAt,
+		AutoResume: !sb.Spec.NoAutoResume, SuspendOnIdle: sb.Spec.SuspendOnIdle,
+		CreatedAt: sb.CreatedAt, LastActiveAt: sb.LastActiveAt, TerminatedAt: sb.TerminatedAt,
 	}
 	m.mu.Lock()
 	l := m.live[sb.ID]

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"time"
 
 	"github.com/forkbox/forkbox/api"
 	"github.com/forkbox/forkbox/internal/errdefs"
@@ -32,13 +33,18 @@ func egress(spec store.Spec) netsetup.Policy {
 	return p
 }
 
-// Update changes a sandbox's settings (today its egress policy). A running
-// sandbox's new policy applies before Update returns; a suspended one's
-// when it resumes.
+// Update changes a sandbox's settings: its egress policy and its idle
+// timeout. A running sandbox's new policy applies before Update returns; a
+// suspended one's when it resumes. A new timeout counts from now.
 func (m *Manager) Update(ctx context.Context, ref string, req *api.UpdateSandboxRequest) (*api.Sandbox, error) {
 	sb, err := m.store.Get(ctx, ref)
 	if err != nil {
 		return nil, err
+	}
+	if req.TimeoutSecs != nil {
+		if sb, err = m.setTimeout(ctx, sb, *req.TimeoutSecs); err != nil {
+			return nil, err
+		}
 	}
 	if req.Network == nil {
 		return m.view(sb), nil
@@ -93,4 +99,33 @@ func (m *Manager) Update(ctx context.Context, ref string, req *api.UpdateSandbox
 	}
 	m.log.Info("sandbox network policy set", "sandbox", sb.ID, "allow_out", len(req.Network.AllowOut), "deny_out", len(req.Network.DenyOut))
 	return m.view(sb), nil
+}
+
+// setTimeout gives sandbox sb a new idle timeout, counted from now.
+func (m *Manager) setTimeout(ctx context.Context, sb *store.Sandbox, secs int64) (*store.Sandbox, error) {
+	if secs < 1 || secs > maxTimeoutSecs {
+		return nil, rangeErr("timeout_secs", secs, 1, maxTimeoutSecs)
+	}
+	if sb.State == api.StateTerminated || sb.State == api.StateError {
+		return nil, notRunning(sb)
+	}
+	now := m.now().UTC()
+	sb, err := m.store.Update(ctx, sb.ID, func(s *store.Sandbox) error {
+		s.Spec.TimeoutSecs = secs
+		s.LastActiveAt = now
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	l := m.live[sb.ID]
+	m.mu.Unlock()
+	if l != nil {
+		l.mu.Lock()
+		l.timeout = time.Duration(secs) * time.Second
+		l.lastActive = now
+		l.mu.Unlock()
+	}
+	return sb, nil
 }

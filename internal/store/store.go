@@ -68,6 +68,21 @@ type Spec struct {
 	// Ports are the access settings of the sandbox's exposed ports, by
 	// port (made when first asked for; absent: API key only).
 	Ports map[int]PortAccess `json:"ports,omitempty"`
+	// SuspendOnIdle: suspended, not terminated, at its idle timeout even
+	// without a name.
+	SuspendOnIdle bool `json:"suspend_on_idle,omitempty"`
+	// E2B holds the access tokens of the sandbox's E2B data plane (made
+	// when an E2B client first creates or connects to it).
+	E2B *E2BAccess `json:"e2b,omitempty"`
+}
+
+// E2BAccess are the tokens an E2B client sends to a sandbox's envd and
+// code interpreter.
+type E2BAccess struct {
+	EnvdToken    string `json:"envd_token"`
+	TrafficToken string `json:"traffic_token"`
+	// Template is the templateID the client created it with.
+	Template string `json:"template,omitempty"`
 }
 
 // PortAccess is who may reach one port of a sandbox through the daemon
