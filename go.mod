@@ -3,6 +3,7 @@ module github.com/forkbox/forkbox
 go 1.26.8
 
 require (
+	connectrpc.com/connect v1.21.1
 	github.com/checkpoint-restore/go-criu/v7 v7.2.0
 	github.com/elastic/go-seccomp-bpf v1.6.0
 	github.com/go-zeromq/zmq4 v0.17.0

@@ -1,0 +1,935 @@
+package e2b
+
+// envd: what E2B runs on port 49983 inside each of its sandboxes, served
+// here on a forkbox sandbox's behalf. Processes and the filesystem are the
+// Connect protocol (connect-go, the JSON codec the SDKs use; the services
+// are generated from spec/envd by scripts/gen-envd.sh), files and health
+// are plain HTTP. Every request is for the sandbox sandboxID(ctx), which the
+// caller resolved and authorized.
+//
+// What forkbox cannot do (yet) is answered with connect's unimplemented and
+// a message that says so: processes that outlive their Start stream (and so
+// Connect, SendInput, SendSignal, CloseStdin, Update, StreamInput), PTYs and
+// directory watches.
+
+import (
+	"compress/gzip"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"os"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/forkbox/forkbox/api"
+	fspb "github.com/forkbox/forkbox/internal/e2b/envdpb/filesystem"
+	"github.com/forkbox/forkbox/internal/e2b/envdpb/filesystem/filesystemconnect"
+	procpb "github.com/forkbox/forkbox/internal/e2b/envdpb/process"
+	"github.com/forkbox/forkbox/internal/e2b/envdpb/process/processconnect"
+	"github.com/forkbox/forkbox/internal/errdefs"
+	"github.com/forkbox/forkbox/internal/sandbox"
+)
+
+// Backend is what the E2B layer needs of forkbox; *sandbox.Manager has it.
+type Backend interface {
+	Exec(ctx context.Context, ref string, req *api.ExecRequest, opts sandbox.ExecOptions) (*api.ExecResult, error)
+	ReadFile(ctx context.Context, ref, path string) (io.ReadCloser, int64, error)
+	WriteFile(ctx context.Context, ref, path string, mode uint32, body io.Reader) (*api.WriteFileResult, error)
+	RemoveFile(ctx context.Context, ref, path string, recursive bool) error
+	ListFiles(ctx context.Context, ref, path string) (*api.FileList, error)
+}
+
+var _ Backend = (*sandbox.Manager)(nil)
+
+// sandboxUser is the one user forkbox runs sandbox code as (uid 1000, home
+// homeDir); E2B clients may name it, or no user at all.
+const sandboxUser = "user"
+
+const (
+	// firstPID is the first synthetic pid a sandbox's processes get.
+	firstPID = 1000
+	// defaultKeepalive is the most time a Start stream stays silent while
+	// its command runs (proxies cut idle connections); a client's shorter
+	// Keepalive-Ping-Interval wins.
+	defaultKeepalive = 20 * time.Second
+	// maxListEntries bounds a recursive ListDir.
+	maxListEntries = 10000
+	// maxRPCRequest bounds a Connect request message (paths and commands).
+	maxRPCRequest = 4 << 20
+)
+
+// envd serves E2B's envd for the sandbox each request names.
+type envd struct {
+	b         Backend
+	log       *slog.Logger
+	mux       *http.ServeMux
+	keepalive time.Duration
+
+	mu    sync.Mutex
+	procs map[string]*procTable // by sandbox id
+}
+
+// procTable is a sandbox's commands running under a Start stream.
+type procTable struct {
+	next    uint32
+	running map[uint32]*procpb.ProcessInfo
+}
+
+// newEnvd returns the handler of E2B's envd (port 49983) for the sandbox
+// sandboxID(r.Context()) of each request: 502 when there is none.
+func newEnvd(b Backend, log *slog.Logger) http.Handler {
+	e := &envd{b: b, log: log, keepalive: defaultKeepalive, procs: map[string]*procTable{}}
+	opts := []connect.HandlerOption{
+		connect.WithInterceptors(userInterceptor{}),
+		connect.WithReadMaxBytes(maxRPCRequest),
+	}
+	mux := http.NewServeMux()
+	mux.Handle(processconnect.NewProcessHandler(&processService{e}, opts...))
+	mux.Handle(filesystemconnect.NewFilesystemHandler(&filesystemService{e}, opts...))
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	mux.HandleFunc("GET /files", e.handleRead)
+	mux.HandleFunc("POST /files", e.handleWrite)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeEnvdError(w, http.StatusNotFound, fmt.Sprintf("envd: no route %s %s", r.Method, r.URL.Path))
+	})
+	e.mux = mux
+	return e
+}
+
+func (e *envd) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if sandboxID(r.Context()) == "" {
+		// What E2B's edge answers for a sandbox it cannot reach: the SDKs
+		// take 502 as "the sandbox is gone".
+		writeEnvdError(w, http.StatusBadGateway, "envd: the request names no sandbox")
+		return
+	}
+	e.mux.ServeHTTP(w, r)
+}
+
+// --- users and paths ---
+
+// errUser is the answer to a client that asks for another user than
+// sandboxUser (E2B's user:'root' option, say).
+func errUser(name string) error {
+	return errdefs.PermissionDenied("user %q: forkbox runs sandbox code as '%s' only", name, sandboxUser)
+}
+
+// checkUser accepts no user or sandboxUser.
+func checkUser(name string) error {
+	if name == "" || name == sandboxUser {
+		return nil
+	}
+	return errUser(name)
+}
+
+// basicUser is the user of an "Authorization: Basic base64(user:)" header,
+// the way E2B's SDKs name the user an RPC acts as; "" without one.
+func basicUser(h http.Header) string {
+	scheme, cred, ok := strings.Cut(h.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Basic") {
+		return ""
+	}
+	raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(cred))
+	if err != nil {
+		return "<undecodable Basic credentials>"
+	}
+	name, _, _ := strings.Cut(string(raw), ":")
+	return name
+}
+
+// userInterceptor refuses RPCs for users other than sandboxUser.
+type userInterceptor struct{}
+
+func (userInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if err := checkUser(basicUser(req.Header())); err != nil {
+			return nil, connect.NewError(connect.CodePermissionDenied, err)
+		}
+		return next(ctx, req)
+	}
+}
+
+func (userInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (userInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		if err := checkUser(basicUser(conn.RequestHeader())); err != nil {
+			return connect.NewError(connect.CodePermissionDenied, err)
+		}
+		return next(ctx, conn)
+	}
+}
+
+// resolvePath makes an E2B path absolute the way envd does: "~" and "~/x"
+// are in the home directory, relative paths are against it, "" is the home
+// directory itself. ".." is resolved lexically (forkbox's agent refuses it).
+func resolvePath(p string) (string, error) {
+	if strings.HasPrefix(p, "~") {
+		if p != "~" && !strings.HasPrefix(p, "~/") {
+			return "", errdefs.InvalidArgument("path %q: cannot expand another user's home directory", p)
+		}
+		p = homeDir + p[1:]
+	}
+	if !strings.HasPrefix(p, "/") {
+		p = homeDir + "/" + p
+	}
+	return path.Clean(p), nil
+}
+
+// resolveTarget is resolvePath for paths an operation changes: they must
+// be given.
+func resolveTarget(what, p string) (string, error) {
+	if p == "" {
+		return "", errdefs.InvalidArgument("%s is required", what)
+	}
+	return resolvePath(p)
+}
+
+// --- errors ---
+
+// rpcErr maps a forkbox error to a Connect error (errdefs kinds to codes).
+func (e *envd) rpcErr(ctx context.Context, err error) error {
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return err
+	}
+	code := connect.CodeInternal
+	switch {
+	case errors.Is(err, errdefs.ErrNotFound):
+		code = connect.CodeNotFound
+	case errors.Is(err, errdefs.ErrInvalidArgument):
+		code = connect.CodeInvalidArgument
+	case errors.Is(err, errdefs.ErrPermissionDenied):
+		code = connect.CodePermissionDenied
+	case errors.Is(err, errdefs.ErrUnauthenticated):
+		code = connect.CodeUnauthenticated
+	case errors.Is(err, errdefs.ErrConflict):
+		code = connect.CodeAlreadyExists
+	case errors.Is(err, errdefs.ErrFailedPrecondition):
+		code = connect.CodeFailedPrecondition
+	case errors.Is(err, errdefs.ErrResourceExhausted), errors.Is(err, errdefs.ErrInsufficientStorage),
+		errors.Is(err, errdefs.ErrTooLarge):
+		code = connect.CodeResourceExhausted
+	case errors.Is(err, errdefs.ErrUnavailable), errors.Is(err, errdefs.ErrBusy):
+		code = connect.CodeUnavailable
+	case errors.Is(err, errdefs.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
+		code = connect.CodeDeadlineExceeded
+	case errors.Is(err, context.Canceled):
+		code = connect.CodeCanceled
+	}
+	if code == connect.CodeInternal {
+		e.log.Warn("e2b envd: internal error", "sandbox", sandboxID(ctx), "err", err)
+	}
+	return connect.NewError(code, err)
+}
+
+// unimplemented answers an RPC forkbox does not serve, saying why.
+func unimplemented(format string, args ...any) error {
+	return connect.NewError(connect.CodeUnimplemented, fmt.Errorf(format, args...))
+}
+
+// envdError is the error body of envd's plain HTTP routes.
+type envdError struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+func writeEnvdError(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(envdError{Code: status, Message: msg})
+}
+
+// restError answers err on a plain HTTP route with the status of its kind.
+func (e *envd) restError(w http.ResponseWriter, r *http.Request, err error) {
+	status, _ := errdefs.HTTPStatus(err)
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		status = http.StatusGatewayTimeout
+	case errors.Is(err, context.Canceled):
+		return // the client is gone
+	}
+	if status == http.StatusInternalServerError {
+		e.log.Warn("e2b envd: internal error", "sandbox", sandboxID(r.Context()), "method", r.Method, "path", r.URL.Path, "err", err)
+	}
+	writeEnvdError(w, status, err.Error())
+}
+
+// --- GET and POST /files ---
+
+// restUser is the user a plain HTTP request names: ?username= or Basic auth.
+func restUser(r *http.Request) error {
+	if err := checkUser(r.URL.Query().Get("username")); err != nil {
+		return err
+	}
+	return checkUser(basicUser(r.Header))
+}
+
+// handleRead serves GET /files?path=P: the file's bytes.
+func (e *envd) handleRead(w http.ResponseWriter, r *http.Request) {
+	if err := restUser(r); err != nil {
+		writeEnvdError(w, http.StatusUnauthorized, err.Error())
+		return
+	}
+	p, err := resolvePath(r.URL.Query().Get("path"))
+	if err != nil {
+		e.restError(w, r, err)
+		return
+	}
+	rc, size, err := e.b.ReadFile(r.Context(), sandboxID(r.Context()), p)
+	if err != nil {
+		if errors.Is(err, errdefs.ErrNotFound) {
+			// The SDKs turn exactly this into FileNotFound.
+			writeEnvdError(w, http.StatusNotFound, fmt.Sprintf("path '%s' does not exist", p))
+			return
+		}
+		e.restError(w, r, fmt.Errorf("read %s: %w", p, err))
+		return
+	}
+	defer rc.Close()
+	w.Header().Set("Content-Type", "application/octet-stream")
+	if size >= 0 {
+		w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
+	}
+	w.WriteHeader(http.StatusOK)
+	if _, err := io.Copy(w, rc); err != nil && r.Context().Err() == nil {
+		e.log.Warn("e2b envd: file read broke off", "sandbox", sandboxID(r.Context()), "path", p, "err", err)
+	}
+}
+
+// writtenEntry is one item of POST /files's answer.
+type writtenEntry struct {
+	Name string `json:"name"`
+	Type string `json:"type"`
+	Path string `json:"path"`
+}
+
+// handleWrite serves POST /files: multipart/form-data with parts named
+// "file" (each written to ?path=, or, without it, to its own filename), or
+// one raw body (application/octet-stream, gzip allowed) written to ?path=.
+// It answers the files written, in order.
+func (e *envd) handleWrite(w http.ResponseWriter, r *http.Request) {
+	if err := restUser(r); err != nil {
+		writeEnvdError(w, http.StatusUnauthorized, err.Error())
+		return
+	}
+	ctx := r.Context()
+	id := sandboxID(ctx)
+	query := r.URL.Query().Get("path")
+	write := func(target string, body io.Reader) (writtenEntry, error) {
+		p, err := resolveTarget("path", target)
+		if err != nil {
+			return writtenEntry{}, err
+		}
+		res, err := e.b.WriteFile(ctx, id, p, 0o644, body)
+		if err != nil {
+			return writtenEntry{}, fmt.Errorf("write %s: %w", p, err)
+		}
+		if res != nil && res.Path != "" {
+			p = res.Path
+		}
+		return writtenEntry{Name: path.Base(p), Type: "file", Path: p}, nil
+	}
+	var out []writtenEntry
+	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if mt == "multipart/form-data" {
+		mr, err := r.MultipartReader()
+		if err != nil {
+			writeEnvdError(w, http.StatusBadRequest, "bad multipart body: "+err.Error())
+			return
+		}
+		for {
+			part, err := mr.NextPart()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				writeEnvdError(w, http.StatusBadRequest, "bad multipart body: "+err.Error())
+				return
+			}
+			if part.FormName() != "file" {
+				part.Close()
+				continue
+			}
+			target := query
+			if target == "" {
+				// Part.FileName keeps only the base name; the SDKs put
+				// the whole target path there.
+				_, params, _ := mime.ParseMediaType(part.Header.Get("Content-Disposition"))
+				target = params["filename"]
+				if target == "" {
+					part.Close()
+					writeEnvdError(w, http.StatusBadRequest, "a part named 'file' has no filename, and the request no ?path=")
+					return
+				}
+			}
+			ent, err := write(target, part)
+			part.Close()
+			if err != nil {
+				e.writeErr(w, r, err)
+				return
+			}
+			out = append(out, ent)
+		}
+		if len(out) == 0 {
+			writeEnvdError(w, http.StatusBadRequest, "the multipart body has no part named 'file'")
+			return
+		}
+	} else {
+		if query == "" {
+			writeEnvdError(w, http.StatusBadRequest, "path is required (?path=) for a body that is not multipart/form-data")
+			return
+		}
+		var body io.Reader = r.Body
+		switch enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))); enc {
+		case "", "identity":
+		case "gzip":
+			zr, err := gzip.NewReader(r.Body)
+			if err != nil {
+				writeEnvdError(w, http.StatusBadRequest, "bad gzip body: "+err.Error())
+				return
+			}
+			defer zr.Close()
+			body = zr
+		default:
+			writeEnvdError(w, http.StatusUnsupportedMediaType, fmt.Sprintf("Content-Encoding %q is not supported (gzip or none)", enc))
+			return
+		}
+		ent, err := write(query, body)
+		if err != nil {
+			e.writeErr(w, r, err)
+			return
+		}
+		out = append(out, ent)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(out)
+}
+
+// writeErr answers a failed upload: 507, E2B's "not enough disk space",
+// when the sandbox's disk is full (the agent's ENOSPC is resource_exhausted).
+func (e *envd) writeErr(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, errdefs.ErrResourceExhausted) || errors.Is(err, errdefs.ErrInsufficientStorage) {
+		writeEnvdError(w, http.StatusInsufficientStorage, err.Error())
+		return
+	}
+	if errors.Is(err, gzip.ErrHeader) || errors.Is(err, gzip.ErrChecksum) {
+		writeEnvdError(w, http.StatusBadRequest, "bad gzip body: "+err.Error())
+		return
+	}
+	e.restError(w, r, err)
+}
+
+// --- process.Process ---
+
+type processService struct{ e *envd }
+
+var _ processconnect.ProcessHandler = (*processService)(nil)
+
+// startProc registers a command of sandbox id under a new pid.
+func (e *envd) startProc(id string, info *procpb.ProcessInfo) uint32 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	t := e.procs[id]
+	if t == nil {
+		t = &procTable{next: firstPID, running: map[uint32]*procpb.ProcessInfo{}}
+		e.procs[id] = t
+	}
+	pid := t.next
+	t.next++
+	info.Pid = pid
+	t.running[pid] = info
+	return pid
+}
+
+func (e *envd) endProc(id string, pid uint32) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if t := e.procs[id]; t != nil {
+		delete(t.running, pid)
+	}
+}
+
+// Start runs a command and streams its events: start (with a pid of this
+// layer's own), output as it comes, keepalives while it is silent, end.
+// The command lives as long as the stream: a client that goes away, or a
+// Connect-Timeout-Ms that expires, kills it.
+func (s *processService) Start(ctx context.Context, req *connect.Request[procpb.StartRequest], stream *connect.ServerStream[procpb.StartResponse]) error {
+	e := s.e
+	id := sandboxID(ctx)
+	msg := req.Msg
+	if msg.Pty != nil {
+		return unimplemented("process.Process/Start with a pty: forkbox runs commands without a terminal (pipes only); start the process without pty")
+	}
+	cfg := msg.GetProcess()
+	if cfg.GetCmd() == "" {
+		return connect.NewError(connect.CodeInvalidArgument, errors.New("process.cmd is required"))
+	}
+	cwd := homeDir
+	if cfg.Cwd != nil && *cfg.Cwd != "" {
+		var err error
+		if cwd, err = resolvePath(*cfg.Cwd); err != nil {
+			return e.rpcErr(ctx, err)
+		}
+	}
+	// stdin: the command's stdin is closed (SendInput is not served), which
+	// is what E2B does for stdin:false, the SDKs' default.
+	ereq := &api.ExecRequest{Cmd: cfg.Cmd, Args: cfg.Args, Env: cfg.Envs, Cwd: cwd}
+	info := &procpb.ProcessInfo{
+		Config: &procpb.ProcessConfig{Cmd: cfg.Cmd, Args: cfg.Args, Envs: cfg.Envs, Cwd: &cwd},
+		Tag:    msg.Tag,
+	}
+	pid := e.startProc(id, info)
+	defer e.endProc(id, pid)
+
+	execCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		mu      sync.Mutex
+		sendErr error
+	)
+	send := func(ev *procpb.ProcessEvent) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if sendErr != nil {
+			return sendErr
+		}
+		if err := stream.Send(&procpb.StartResponse{Event: ev}); err != nil {
+			sendErr = err
+			cancel() // nobody reads the output any more
+			return err
+		}
+		return nil
+	}
+	if err := send(&procpb.ProcessEvent{Event: &procpb.ProcessEvent_Start{Start: &procpb.ProcessEvent_StartEvent{Pid: pid}}}); err != nil {
+		return err
+	}
+	output := func(stderr bool) func([]byte) {
+		return func(b []byte) {
+			if len(b) == 0 {
+				return
+			}
+			d := &procpb.ProcessEvent_DataEvent{Output: &procpb.ProcessEvent_DataEvent_Stdout{Stdout: b}}
+			if stderr {
+				d.Output = &procpb.ProcessEvent_DataEvent_Stderr{Stderr: b}
+			}
+			send(&procpb.ProcessEvent{Event: &procpb.ProcessEvent_Data{Data: d}})
+		}
+	}
+
+	// Keepalives until the command ends; the goroutine is gone before
+	// Start returns (the stream may not be used after).
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(e.keepaliveFor(req.Header()))
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				send(&procpb.ProcessEvent{Event: &procpb.ProcessEvent_Keepalive{Keepalive: &procpb.ProcessEvent_KeepAlive{}}})
+			}
+		}
+	}()
+	res, err := e.b.Exec(execCtx, id, ereq, sandbox.ExecOptions{OnStdout: output(false), OnStderr: output(true)})
+	close(done)
+	wg.Wait()
+
+	mu.Lock()
+	gone := sendErr
+	mu.Unlock()
+	switch {
+	case gone != nil:
+		return gone
+	case err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return connect.NewError(connect.CodeDeadlineExceeded,
+			fmt.Errorf("command %s ran past the request's timeout (Connect-Timeout-Ms) and was killed: %w", cfg.Cmd, err))
+	case err != nil:
+		return e.rpcErr(ctx, fmt.Errorf("run %s: %w", cfg.Cmd, err))
+	}
+	return send(&procpb.ProcessEvent{Event: &procpb.ProcessEvent_End{End: endEvent(res)}})
+}
+
+// keepaliveFor is the keepalive period of a stream: defaultKeepalive, or
+// the client's Keepalive-Ping-Interval (seconds) when shorter.
+func (e *envd) keepaliveFor(h http.Header) time.Duration {
+	d := e.keepalive
+	if n, err := strconv.Atoi(h.Get("Keepalive-Ping-Interval")); err == nil && n > 0 {
+		if c := time.Duration(n) * time.Second; c < d {
+			d = c
+		}
+	}
+	return d
+}
+
+// endEvent is a command's end as envd reports it, from Go's ProcessState:
+// "exit status N" (and, when N is not 0, the same as error), or for a
+// signal exit code -1, exited false, "signal: killed".
+func endEvent(res *api.ExecResult) *procpb.ProcessEvent_EndEvent {
+	end := &procpb.ProcessEvent_EndEvent{ExitCode: int32(res.ExitCode), Exited: true}
+	if res.Signal != "" {
+		end.ExitCode = -1
+		end.Exited = false
+		end.Status = "signal: " + signalText(res.Signal)
+	} else {
+		end.Status = fmt.Sprintf("exit status %d", res.ExitCode)
+	}
+	if !end.Exited || end.ExitCode != 0 {
+		msg := end.Status
+		if res.Error != "" {
+			// Why, when forkbox knows more than the status: timed out,
+			// out of memory, could not start.
+			msg += " (" + res.Error + ")"
+		}
+		end.Error = &msg
+	}
+	return end
+}
+
+// signalText is Go's name of a signal ("killed" for "SIGKILL").
+func signalText(name string) string {
+	if n := unix.SignalNum(name); n != 0 {
+		return syscall.Signal(n).String()
+	}
+	return strings.ToLower(strings.TrimPrefix(name, "SIG"))
+}
+
+// List answers the commands running under a Start stream of the sandbox.
+func (s *processService) List(ctx context.Context, req *connect.Request[procpb.ListRequest]) (*connect.Response[procpb.ListResponse], error) {
+	e := s.e
+	e.mu.Lock()
+	var out []*procpb.ProcessInfo
+	if t := e.procs[sandboxID(ctx)]; t != nil {
+		for _, p := range t.running {
+			out = append(out, p)
+		}
+	}
+	e.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Pid < out[j].Pid })
+	return connect.NewResponse(&procpb.ListResponse{Processes: out}), nil
+}
+
+const noProcessTable = "forkbox runs a command only for as long as its Start stream is open, and keeps no table of processes to address by pid or tag"
+
+func (s *processService) Connect(ctx context.Context, req *connect.Request[procpb.ConnectRequest], stream *connect.ServerStream[procpb.ConnectResponse]) error {
+	return unimplemented("process.Process/Connect (reattaching to a running command) is not supported: %s", noProcessTable)
+}
+
+func (s *processService) Update(ctx context.Context, req *connect.Request[procpb.UpdateRequest]) (*connect.Response[procpb.UpdateResponse], error) {
+	return nil, unimplemented("process.Process/Update (resizing a pty) is not supported: forkbox runs commands without a terminal")
+}
+
+func (s *processService) StreamInput(ctx context.Context, stream *connect.ClientStream[procpb.StreamInputRequest]) (*connect.Response[procpb.StreamInputResponse], error) {
+	return nil, unimplemented("process.Process/StreamInput is not supported: %s; commands run with stdin closed", noProcessTable)
+}
+
+func (s *processService) SendInput(ctx context.Context, req *connect.Request[procpb.SendInputRequest]) (*connect.Response[procpb.SendInputResponse], error) {
+	return nil, unimplemented("process.Process/SendInput is not supported: %s; commands run with stdin closed", noProcessTable)
+}
+
+func (s *processService) SendSignal(ctx context.Context, req *connect.Request[procpb.SendSignalRequest]) (*connect.Response[procpb.SendSignalResponse], error) {
+	return nil, unimplemented("process.Process/SendSignal (kill) is not supported: %s; closing the Start stream kills its command", noProcessTable)
+}
+
+func (s *processService) CloseStdin(ctx context.Context, req *connect.Request[procpb.CloseStdinRequest]) (*connect.Response[procpb.CloseStdinResponse], error) {
+	return nil, unimplemented("process.Process/CloseStdin is not supported: %s; commands run with stdin closed already", noProcessTable)
+}
+
+// --- filesystem.Filesystem ---
+
+type filesystemService struct{ e *envd }
+
+var _ filesystemconnect.FilesystemHandler = (*filesystemService)(nil)
+
+// entryInfo converts a forkbox directory entry; ok is false for types E2B
+// has no name for (FIFOs, sockets, devices), which envd's clients skip.
+func entryInfo(fi *api.FileInfo) (*fspb.EntryInfo, bool) {
+	var typ fspb.FileType
+	var mode os.FileMode
+	switch fi.Type {
+	case "file":
+		typ = fspb.FileType_FILE_TYPE_FILE
+	case "dir":
+		typ, mode = fspb.FileType_FILE_TYPE_DIRECTORY, os.ModeDir
+	case "symlink":
+		typ, mode = fspb.FileType_FILE_TYPE_SYMLINK, os.ModeSymlink
+	default:
+		return nil, false
+	}
+	// forkbox's mode is the octal permission bits ("0644", "1777").
+	bits, err := strconv.ParseUint(fi.Mode, 8, 32)
+	if err != nil {
+		bits = 0
+	}
+	mode |= os.FileMode(bits) & os.ModePerm
+	if bits&0o4000 != 0 {
+		mode |= os.ModeSetuid
+	}
+	if bits&0o2000 != 0 {
+		mode |= os.ModeSetgid
+	}
+	if bits&0o1000 != 0 {
+		mode |= os.ModeSticky
+	}
+	ent := &fspb.EntryInfo{
+		Name:        fi.Name,
+		Type:        typ,
+		Path:        fi.Path,
+		Size:        fi.Size,
+		Mode:        uint32(mode.Perm()),
+		Permissions: mode.String(),
+	}
+	if !fi.ModifiedAt.IsZero() {
+		ent.ModifiedTime = timestamppb.New(fi.ModifiedAt)
+	}
+	return ent, true
+}
+
+// stat describes p (absolute, clean) from its parent's listing; a symlink
+// is described itself, not its target.
+func (e *envd) stat(ctx context.Context, p string) (*fspb.EntryInfo, error) {
+	id := sandboxID(ctx)
+	if p == "/" {
+		// No parent to list: check that the root answers, and describe
+		// it as every image has it.
+		if _, err := e.b.ListFiles(ctx, id, "/"); err != nil {
+			return nil, err
+		}
+		return &fspb.EntryInfo{Name: "/", Type: fspb.FileType_FILE_TYPE_DIRECTORY, Path: "/",
+			Mode: 0o755, Permissions: (os.ModeDir | 0o755).String()}, nil
+	}
+	dir, name := path.Split(p)
+	list, err := e.b.ListFiles(ctx, id, path.Clean(dir))
+	if err != nil {
+		return nil, err
+	}
+	for i := range list.Entries {
+		fi := &list.Entries[i]
+		if fi.Name != name {
+			continue
+		}
+		ent, ok := entryInfo(fi)
+		if !ok {
+			return nil, errdefs.InvalidArgument("%s is a %s, which E2B's file API does not describe", p, fi.Type)
+		}
+		ent.Path = p
+		return ent, nil
+	}
+	return nil, errdefs.NotFound("path %s does not exist", p)
+}
+
+func (s *filesystemService) Stat(ctx context.Context, req *connect.Request[fspb.StatRequest]) (*connect.Response[fspb.StatResponse], error) {
+	p, err := resolvePath(req.Msg.GetPath())
+	if err != nil {
+		return nil, s.e.rpcErr(ctx, err)
+	}
+	ent, err := s.e.stat(ctx, p)
+	if err != nil {
+		return nil, s.e.rpcErr(ctx, err)
+	}
+	return connect.NewResponse(&fspb.StatResponse{Entry: ent}), nil
+}
+
+// ListDir lists a directory to the depth asked (1, its entries, when 0),
+// depth first in name order like envd's filepath.WalkDir, not following
+// symlinks below it. Subdirectories the user may not read are skipped.
+func (s *filesystemService) ListDir(ctx context.Context, req *connect.Request[fspb.ListDirRequest]) (*connect.Response[fspb.ListDirResponse], error) {
+	e := s.e
+	p, err := resolvePath(req.Msg.GetPath())
+	if err != nil {
+		return nil, e.rpcErr(ctx, err)
+	}
+	depth := int(req.Msg.GetDepth())
+	if depth == 0 {
+		depth = 1
+	}
+	id := sandboxID(ctx)
+	entries := []*fspb.EntryInfo{}
+	var walk func(dir string, level int, top bool) error
+	walk = func(dir string, level int, top bool) error {
+		list, err := e.b.ListFiles(ctx, id, dir)
+		if err != nil {
+			if !top && (errors.Is(err, errdefs.ErrPermissionDenied) || errors.Is(err, errdefs.ErrNotFound)) {
+				return nil // unreadable, or gone meanwhile
+			}
+			return fmt.Errorf("list %s: %w", dir, err)
+		}
+		sort.Slice(list.Entries, func(i, j int) bool { return list.Entries[i].Name < list.Entries[j].Name })
+		for i := range list.Entries {
+			fi := &list.Entries[i]
+			ent, ok := entryInfo(fi)
+			if !ok {
+				continue
+			}
+			ent.Path = path.Join(dir, fi.Name)
+			if len(entries) == maxListEntries {
+				return errdefs.ResourceExhausted("listing %s to depth %d exceeds %d entries; ask for less depth", p, depth, maxListEntries)
+			}
+			entries = append(entries, ent)
+			if ent.Type == fspb.FileType_FILE_TYPE_DIRECTORY && level < depth {
+				if err := walk(ent.Path, level+1, false); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	if err := walk(p, 1, true); err != nil {
+		return nil, e.rpcErr(ctx, err)
+	}
+	return connect.NewResponse(&fspb.ListDirResponse{Entries: entries}), nil
+}
+
+// run runs a coreutils command of a filesystem operation in the sandbox, as
+// its user, and maps a failure to an error kind from its message.
+func (e *envd) run(ctx context.Context, cmd string, args ...string) error {
+	res, err := e.b.Exec(ctx, sandboxID(ctx), &api.ExecRequest{
+		Cmd: cmd, Args: args, Cwd: "/", Env: map[string]string{"LC_ALL": "C"},
+	}, sandbox.ExecOptions{})
+	if err != nil {
+		return fmt.Errorf("%s: %w", cmd, err)
+	}
+	if res.ExitCode == 0 && res.Signal == "" {
+		return nil
+	}
+	msg := strings.TrimSpace(res.Stderr)
+	if msg == "" {
+		msg = res.Error
+	}
+	if msg == "" {
+		msg = endEvent(res).Status
+	}
+	switch {
+	case res.ExitCode == 126 || res.ExitCode == 127:
+		return errdefs.Unavailable("the sandbox cannot run %s: %s", cmd, msg)
+	case strings.Contains(msg, "No such file or directory"):
+		return errdefs.NotFound("%s", msg)
+	case strings.Contains(msg, "Permission denied"), strings.Contains(msg, "Operation not permitted"),
+		strings.Contains(msg, "Read-only file system"):
+		return errdefs.PermissionDenied("%s", msg)
+	case strings.Contains(msg, "No space left"), strings.Contains(msg, "quota exceeded"):
+		return errdefs.ResourceExhausted("%s", msg)
+	case strings.Contains(msg, "Not a directory"), strings.Contains(msg, "File exists"),
+		strings.Contains(msg, "Is a directory"), strings.Contains(msg, "cannot overwrite"),
+		strings.Contains(msg, "Directory not empty"), strings.Contains(msg, "cannot move"):
+		return errdefs.InvalidArgument("%s", msg)
+	}
+	return fmt.Errorf("%s failed: %s", cmd, msg)
+}
+
+// MakeDir creates a directory and its parents: already_exists when it is
+// there, invalid_argument when something else is.
+func (s *filesystemService) MakeDir(ctx context.Context, req *connect.Request[fspb.MakeDirRequest]) (*connect.Response[fspb.MakeDirResponse], error) {
+	e := s.e
+	p, err := resolveTarget("path", req.Msg.GetPath())
+	if err != nil {
+		return nil, e.rpcErr(ctx, err)
+	}
+	ent, err := e.stat(ctx, p)
+	switch {
+	case err == nil && ent.Type == fspb.FileType_FILE_TYPE_DIRECTORY:
+		return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("directory already exists: %s", p))
+	case err == nil:
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("path already exists but it is not a directory: %s", p))
+	case !errors.Is(err, errdefs.ErrNotFound):
+		return nil, e.rpcErr(ctx, fmt.Errorf("stat %s: %w", p, err))
+	}
+	if err := e.run(ctx, "/bin/mkdir", "-p", "--", p); err != nil {
+		return nil, e.rpcErr(ctx, fmt.Errorf("make directory %s: %w", p, err))
+	}
+	if ent, err = e.stat(ctx, p); err != nil {
+		// Made, but not described (a race with a remove, say): what envd
+		// itself answers.
+		ent = &fspb.EntryInfo{Name: path.Base(p), Type: fspb.FileType_FILE_TYPE_DIRECTORY, Path: p}
+	}
+	return connect.NewResponse(&fspb.MakeDirResponse{Entry: ent}), nil
+}
+
+// Move renames source to destination (replacing a file there), creating
+// the destination's parents, like envd's os.Rename after EnsureDirs.
+func (s *filesystemService) Move(ctx context.Context, req *connect.Request[fspb.MoveRequest]) (*connect.Response[fspb.MoveResponse], error) {
+	e := s.e
+	src, err := resolveTarget("source", req.Msg.GetSource())
+	if err != nil {
+		return nil, e.rpcErr(ctx, err)
+	}
+	dst, err := resolveTarget("destination", req.Msg.GetDestination())
+	if err != nil {
+		return nil, e.rpcErr(ctx, err)
+	}
+	if src == "/" || dst == "/" {
+		return nil, e.rpcErr(ctx, errdefs.InvalidArgument("cannot move / or onto it"))
+	}
+	if _, err := e.stat(ctx, src); err != nil {
+		if errors.Is(err, errdefs.ErrNotFound) {
+			return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("source file not found: %s", src))
+		}
+		return nil, e.rpcErr(ctx, fmt.Errorf("stat %s: %w", src, err))
+	}
+	if parent := path.Dir(dst); parent != "/" {
+		if err := e.run(ctx, "/bin/mkdir", "-p", "--", parent); err != nil {
+			return nil, e.rpcErr(ctx, fmt.Errorf("make directory %s: %w", parent, err))
+		}
+	}
+	if err := e.run(ctx, "/bin/mv", "-T", "--", src, dst); err != nil {
+		return nil, e.rpcErr(ctx, fmt.Errorf("move %s to %s: %w", src, dst, err))
+	}
+	ent, err := e.stat(ctx, dst)
+	if err != nil {
+		return nil, e.rpcErr(ctx, fmt.Errorf("stat %s: %w", dst, err))
+	}
+	return connect.NewResponse(&fspb.MoveResponse{Entry: ent}), nil
+}
+
+// Remove removes a file or a directory with its contents; a path that does
+// not exist is no error (envd's os.RemoveAll).
+func (s *filesystemService) Remove(ctx context.Context, req *connect.Request[fspb.RemoveRequest]) (*connect.Response[fspb.RemoveResponse], error) {
+	e := s.e
+	p, err := resolveTarget("path", req.Msg.GetPath())
+	if err != nil {
+		return nil, e.rpcErr(ctx, err)
+	}
+	if err := e.b.RemoveFile(ctx, sandboxID(ctx), p, true); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		return nil, e.rpcErr(ctx, fmt.Errorf("remove %s: %w", p, err))
+	}
+	return connect.NewResponse(&fspb.RemoveResponse{}), nil
+}
+
+const noWatch = "forkbox does not watch directories; poll with ListDir or Stat"
+
+func (s *filesystemService) WatchDir(ctx context.Context, req *connect.Request[fspb.WatchDirRequest], stream *connect.ServerStream[fspb.WatchDirResponse]) error {
+	return unimplemented("filesystem.Filesystem/WatchDir is not supported: %s", noWatch)
+}
+
+func (s *filesystemService) CreateWatcher(ctx context.Context, req *connect.Request[fspb.CreateWatcherRequest]) (*connect.Response[fspb.CreateWatcherResponse], error) {
+	return nil, unimplemented("filesystem.Filesystem/CreateWatcher is not supported: %s", noWatch)
+}
+
+func (s *filesystemService) GetWatcherEvents(ctx context.Context, req *connect.Request[fspb.GetWatcherEventsRequest]) (*connect.Response[fspb.GetWatcherEventsResponse], error) {
+	return nil, unimplemented("filesystem.Filesystem/GetWatcherEvents is not supported: %s", noWatch)
+}
+
+func (s *filesystemService) RemoveWatcher(ctx context.Context, req *connect.Request[fspb.RemoveWatcherRequest]) (*connect.Response[fspb.RemoveWatcherResponse], error) {
+	return nil, unimplemented("filesystem.Filesystem/RemoveWatcher is not supported: %s", noWatch)
+}
