@@ -7,6 +7,7 @@ import (
 	"crypto/subtle"
 	"encoding/base32"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
@@ -525,4 +526,40 @@ func resourceOf(r *http.Request) string {
 		}
 	}
 	return ""
+}
+
+// serveE2BControl serves E2B's control plane (internal/e2b) with forkbox's
+// keys: E2B's SDKs send theirs as X-API-Key. A sandbox made there is the
+// key's tenant's, as any other; the calls are audited as "E2B <method>
+// <path>".
+func (s *Server) serveE2BControl(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("Authorization") == "" {
+		if k := r.Header.Get("X-API-Key"); k != "" {
+			r = r.Clone(r.Context())
+			r.Header.Set("Authorization", "Bearer "+k)
+		}
+	}
+	p, err := s.authenticate(r)
+	if err != nil {
+		status := errStatus(err)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		json.NewEncoder(w).Encode(map[string]any{"code": status, "message": err.Error() + " (E2B clients: E2B_API_KEY holds a forkbox key)"})
+		s.requests.WithLabelValues("e2b-control", strconv.Itoa(status)).Inc()
+		return
+	}
+	if p.Via == "" {
+		p.Via = "e2b"
+	}
+	r = r.WithContext(tenant.With(r.Context(), p))
+	sw := &statusWriter{ResponseWriter: w}
+	s.e2b.ServeControl(sw, r)
+	code := sw.code
+	if code == 0 {
+		code = http.StatusOK
+	}
+	s.requests.WithLabelValues("e2b-control", strconv.Itoa(code)).Inc()
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		s.record(r, "E2B "+r.Method+" "+r.URL.Path, "", code, nil)
+	}
 }

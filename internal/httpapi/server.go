@@ -23,6 +23,7 @@ import (
 
 	"github.com/forkbox/forkbox/api"
 	"github.com/forkbox/forkbox/internal/analyst"
+	"github.com/forkbox/forkbox/internal/e2b"
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/image"
 	"github.com/forkbox/forkbox/internal/mcpserver"
@@ -79,6 +80,8 @@ type Server struct {
 	// hostProxy serves PortsDomain's host names.
 	hostProxy http.Handler
 	audit     *auditLog
+	// e2b serves E2B's API for E2B's SDKs (internal/e2b).
+	e2b *e2b.Server
 }
 
 // New builds the API server over mgr.
@@ -110,6 +113,7 @@ func New(cfg Config, mgr *sandbox.Manager) (*Server, error) {
 		s.reg.MustRegister(&tenantCollector{s: s})
 	}
 	s.audit = newAuditLog(cfg.Access, s.log)
+	s.e2b = e2b.New(mgr, s.log)
 	s.routes()
 	s.hostProxy = s.instrument("<port>-<sandbox>.ports-domain", s.proxyHost)
 	return s, nil
@@ -215,6 +219,17 @@ func (s *Server) Handler() http.Handler {
 		s.serve(w, r, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if s.portHost(r) != nil {
 				s.hostProxy.ServeHTTP(w, r) // checks key, token or public itself
+				return
+			}
+			// E2B's API: its data plane by header first (its /metrics is
+			// not forkbox's), then its control plane by path.
+			if e2b.IsDataPlane(r) {
+				s.e2b.ServeData(w, r) // checks the sandbox's token itself
+				s.requests.WithLabelValues("e2b-data", "").Inc()
+				return
+			}
+			if e2b.IsControlPlane(r) {
+				s.serveE2BControl(w, r)
 				return
 			}
 			// The UI's files are public (they hold no secret; the page asks
