@@ -95,6 +95,7 @@ finish() {
 	root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 	install_criu
 	install_npm_deps "$root/test/browser"
+	install_npm_deps "$root/test/e2bcompat"
 	install_npm_deps "$root/sdk/js"
 }
 
