@@ -25,6 +25,9 @@ const e2b = {
   write: (s, i) => s.files.write(`/home/user/b${i % 8}.txt`, 'x'.repeat(1024)),
   read: (s, i) => s.files.read(`/home/user/b${i % 8}.txt`),
   cmd: (s) => s.commands.run('true'),
+  // E2B's SDK runs every command as /bin/bash -l -c <cmd>: the same argv
+  // through forkbox's SDK separates the shell's cost from the layer's.
+  cmdBash: (s) => s.commands.run('true'),
   kill: (s) => s.kill(),
 };
 const fb = {
@@ -33,6 +36,7 @@ const fb = {
   write: (s, i) => s.files.write(`/home/user/b${i % 8}.txt`, 'x'.repeat(1024)),
   read: (s, i) => s.files.read(`/home/user/b${i % 8}.txt`),
   cmd: (s) => s.run('true'),
+  cmdBash: (s) => s.run('/bin/bash', ['-l', '-c', 'true']),
   kill: (s) => s.terminate(),
 };
 const sdks = { e2b, forkbox: fb };
@@ -59,6 +63,7 @@ for (let i = 0; i < rounds; i++) {
     await time('write_1k', name, () => sdk.write(s, i));
     await time('read_1k', name, () => sdk.read(s, i));
     await time('command', name, () => sdk.cmd(s));
+    await time('command_bash_l', name, () => sdk.cmdBash(s));
   }
 }
 for (const [name, sdk] of Object.entries(sdks)) await sdk.kill(live[name]);
