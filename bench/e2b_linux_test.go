@@ -60,10 +60,10 @@ func BenchmarkE2BCompat(b *testing.B) {
 			ops = append(ops, op)
 		}
 		sort.Strings(ops)
-		fmt.Printf("%-12s %6s %10s %10s %10s %10s %8s\n", "call", "n", "e2b p50", "fb p50", "e2b p95", "fb p95", "Δp50")
+		fmt.Printf("%-15s %6s %10s %10s %10s %10s %8s\n", "call", "n", "e2b p50", "fb p50", "e2b p95", "fb p95", "Δp50")
 		for _, op := range ops {
 			e, f := res[op]["e2b"], res[op]["forkbox"]
-			fmt.Printf("%-12s %6d %9.2fms %9.2fms %9.2fms %9.2fms %+7.2fms\n", op, e.N, e.P50, f.P50, e.P95, f.P95, e.P50-f.P50)
+			fmt.Printf("%-15s %6d %9.2fms %9.2fms %9.2fms %9.2fms %+7.2fms\n", op, e.N, e.P50, f.P50, e.P95, f.P95, e.P50-f.P50)
 			b.ReportMetric(e.P50, op+"-e2b-p50-ms")
 			b.ReportMetric(f.P50, op+"-fb-p50-ms")
 		}
