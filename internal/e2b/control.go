@@ -43,6 +43,10 @@ type Controls interface {
 	Update(ctx context.Context, ref string, req *api.UpdateSandboxRequest) (*api.Sandbox, error)
 	E2BAccess(ctx context.Context, ref, template string) (*api.Sandbox, store.E2BAccess, error)
 	E2BTemplate(ctx context.Context, ref string) string
+	Checkpoint(ctx context.Context, ref string, req *api.CheckpointRequest) (*api.Snapshot, error)
+	ListSnapshots(ctx context.Context, ref string) ([]api.Snapshot, error)
+	DeleteSnapshot(ctx context.Context, id string) error
+	Fork(ctx context.Context, ref string, req *api.ForkRequest) (*api.ForkResult, error)
 }
 
 var _ Controls = (*sandbox.Manager)(nil)
@@ -182,6 +186,10 @@ func newControl(c Controls, log *slog.Logger) *control {
 	h("GET /sandboxes/{id}", ct.info)
 	h("POST /sandboxes/{id}/timeout", ct.setTimeout)
 	h("GET /sandboxes/{id}/metrics", ct.metrics)
+	h("POST /sandboxes/{id}/snapshots", ct.snapshot)
+	h("GET /snapshots", ct.listSnapshots)
+	h("DELETE /templates/{id}", ct.deleteSnapshot)
+	h("POST /sandboxes/{id}/fork", ct.fork)
 	h("/", func(w http.ResponseWriter, r *http.Request) error {
 		return &clientError{http.StatusNotFound, fmt.Sprintf("forkbox does not serve %s %s of E2B's API", r.Method, r.URL.Path)}
 	})
@@ -192,7 +200,8 @@ func newControl(c Controls, log *slog.Logger) *control {
 // routes (none of forkbox's own routes starts like them).
 func IsControlPlane(r *http.Request) bool {
 	p := r.URL.Path
-	return p == "/sandboxes" || strings.HasPrefix(p, "/sandboxes/") || p == "/v2/sandboxes" || strings.HasPrefix(p, "/v2/sandboxes/")
+	return p == "/sandboxes" || strings.HasPrefix(p, "/sandboxes/") || p == "/v2/sandboxes" || strings.HasPrefix(p, "/v2/sandboxes/") ||
+		p == "/snapshots" || strings.HasPrefix(p, "/templates/")
 }
 
 func templateImage(t string) string {
@@ -413,21 +422,9 @@ func (ct *control) list(w http.ResponseWriter, r *http.Request) error {
 			meta[k] = v[0]
 		}
 	}
-	limit := 100
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 1000 {
-			return &clientError{http.StatusBadRequest, fmt.Sprintf("limit: %q is not a number from 1 to 1000", v)}
-		}
-		limit = n
-	}
-	offset := 0
-	if v := q.Get("nextToken"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return &clientError{http.StatusBadRequest, fmt.Sprintf("nextToken: %q is not a token this server gave", v)}
-		}
-		offset = n
+	limit, offset, err := paging(q)
+	if err != nil {
+		return err
 	}
 	all, err := ct.c.List(r.Context(), store.ListFilter{Labels: meta})
 	if err != nil {
@@ -495,5 +492,155 @@ func (ct *control) metrics(w http.ResponseWriter, r *http.Request) error {
 		m["memUsed"], m["diskUsed"] = u.MemoryBytes, u.DiskUsedBytes
 	}
 	writeJSON(w, http.StatusOK, []any{m})
+	return nil
+}
+
+// snapshotJSON is E2B's SnapshotInfo: the id a create takes as templateID.
+type snapshotJSON struct {
+	SnapshotID string   `json:"snapshotID"`
+	Names      []string `json:"names"`
+}
+
+func snapshotView(sn *api.Snapshot) snapshotJSON {
+	names := []string{}
+	if sn.Name != "" {
+		names = append(names, sn.Name)
+	}
+	return snapshotJSON{SnapshotID: sn.ID, Names: names}
+}
+
+// snapshot is POST /sandboxes/{id}/snapshots: a memory snapshot (a
+// filesystem one where memory snapshots are unavailable), which a create
+// with it as templateID restores, processes and variables included.
+func (ct *control) snapshot(w http.ResponseWriter, r *http.Request) error {
+	var req struct {
+		Name string `json:"name"`
+	}
+	if err := decodeBody(r, &req); err != nil {
+		return err
+	}
+	sb, err := ct.live(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	sn, err := ct.c.Checkpoint(r.Context(), sb.ID, &api.CheckpointRequest{Type: api.SnapshotMemory, Name: req.Name})
+	if errors.Is(err, errdefs.ErrUnavailable) {
+		sn, err = ct.c.Checkpoint(r.Context(), sb.ID, &api.CheckpointRequest{Type: api.SnapshotFilesystem, Name: req.Name})
+	}
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, snapshotView(sn))
+	return nil
+}
+
+// listSnapshots is GET /snapshots: the caller's tenant's snapshots (those
+// of sandboxID only, when given; named name, when given), newest first,
+// paged like the sandbox list.
+func (ct *control) listSnapshots(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	list, err := ct.c.ListSnapshots(r.Context(), q.Get("sandboxID"))
+	if err != nil {
+		if errors.Is(err, errdefs.ErrNotFound) {
+			list = nil
+		} else {
+			return err
+		}
+	}
+	out := []snapshotJSON{}
+	for i := range list {
+		sn := &list[i]
+		if q.Get("name") != "" && sn.Name != q.Get("name") {
+			continue
+		}
+		out = append(out, snapshotView(sn))
+	}
+	limit, offset, err := paging(q)
+	if err != nil {
+		return err
+	}
+	offset = min(offset, len(out))
+	page := out[offset:]
+	if len(page) > limit {
+		page = page[:limit]
+		w.Header().Set("X-Next-Token", strconv.Itoa(offset+limit))
+	}
+	writeJSON(w, http.StatusOK, page)
+	return nil
+}
+
+// paging reads limit (1-1000, default 100) and nextToken (an offset).
+func paging(q url.Values) (limit, offset int, err error) {
+	limit = 100
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			return 0, 0, &clientError{http.StatusBadRequest, fmt.Sprintf("limit: %q is not a number from 1 to 1000", v)}
+		}
+		limit = n
+	}
+	if v := q.Get("nextToken"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return 0, 0, &clientError{http.StatusBadRequest, fmt.Sprintf("nextToken: %q is not a token this server gave", v)}
+		}
+		offset = n
+	}
+	return limit, offset, nil
+}
+
+// deleteSnapshot is DELETE /templates/{id} for a snapshot id (E2B's
+// templates are forkbox's images, which are managed through forkbox's API).
+func (ct *control) deleteSnapshot(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("id")
+	if !strings.HasPrefix(id, "snap_") {
+		return &clientError{http.StatusNotFound, fmt.Sprintf("snapshot %q not found (templates are forkbox images: DELETE /v1/images/{name})", id)}
+	}
+	if err := ct.c.DeleteSnapshot(r.Context(), id); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// fork is POST /sandboxes/{id}/fork: count copies of the running
+// sandbox, memory and all, each answered as E2B's {sandbox} item.
+func (ct *control) fork(w http.ResponseWriter, r *http.Request) error {
+	var req struct {
+		Count   *int   `json:"count"`
+		Timeout *int64 `json:"timeout"`
+	}
+	if err := decodeBody(r, &req); err != nil {
+		return err
+	}
+	count := 1
+	if req.Count != nil {
+		count = *req.Count
+	}
+	sb, err := ct.live(r.Context(), r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	res, err := ct.c.Fork(r.Context(), sb.ID, &api.ForkRequest{Count: count})
+	if err != nil {
+		return err
+	}
+	out := make([]map[string]any, 0, len(res.Sandboxes))
+	for i := range res.Sandboxes {
+		f := &res.Sandboxes[i]
+		if req.Timeout != nil && *req.Timeout > 0 {
+			if _, err := ct.c.Update(r.Context(), f.ID, &api.UpdateSandboxRequest{TimeoutSecs: req.Timeout}); err != nil {
+				out = append(out, map[string]any{"error": map[string]any{"code": http.StatusInternalServerError, "message": err.Error()}})
+				continue
+			}
+		}
+		fsb, acc, err := ct.c.E2BAccess(r.Context(), f.ID, ct.c.E2BTemplate(r.Context(), sb.ID))
+		if err != nil {
+			out = append(out, map[string]any{"error": map[string]any{"code": http.StatusInternalServerError, "message": err.Error()}})
+			continue
+		}
+		out = append(out, map[string]any{"sandbox": sandboxView(fsb, acc)})
+	}
+	writeJSON(w, http.StatusCreated, out)
 	return nil
 }

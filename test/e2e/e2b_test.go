@@ -74,9 +74,23 @@ func TestE2BSDK(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(node, "flow.mjs")
+	for _, script := range []struct {
+		name     string
+		minSteps int
+	}{{"flow.mjs", 14}, {"snapshots.mjs", 4}} {
+		t.Run(script.name, func(t *testing.T) {
+			runE2BScript(t, d, node, dir, script.name, key.Secret, script.minSteps)
+		})
+	}
+}
+
+// runE2BScript runs one of test/e2bcompat's scripts against d with E2B's
+// environment variables and checks the steps it reports.
+func runE2BScript(t *testing.T, d *daemon, node, dir, script, key string, minSteps int) {
+	t.Helper()
+	cmd := exec.Command(node, script)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "E2B_API_URL=http://"+d.addr, "E2B_SANDBOX_URL=http://"+d.addr, "E2B_API_KEY="+key.Secret)
+	cmd.Env = append(os.Environ(), "E2B_API_URL=http://"+d.addr, "E2B_SANDBOX_URL=http://"+d.addr, "E2B_API_KEY="+key)
 	out, err := cmd.CombinedOutput()
 	steps := 0
 	sc := bufio.NewScanner(bytes.NewReader(out))
@@ -96,8 +110,8 @@ func TestE2BSDK(t *testing.T) {
 			t.Errorf("FAIL %-28s %s", s.Step, s.Detail)
 		}
 	}
-	if err != nil || steps < 14 {
-		t.Fatalf("flow.mjs: %v, %d steps\n%s\ndaemon log:\n%s", err, steps, out, d.logTail())
+	if err != nil || steps < minSteps {
+		t.Fatalf("%s: %v, %d steps\n%s\ndaemon log:\n%s", script, err, steps, out, d.logTail())
 	}
 }
 
