@@ -332,6 +332,8 @@ func (m *Manager) restoreSource(ctx context.Context, req *api.CreateSandboxReque
 	out := sn.Spec
 	out.Labels = spec.Labels
 	out.Ports = nil // a new sandbox: its ports get tokens of their own
+	out.E2B = nil   // and its E2B data plane too
+	out.SuspendOnIdle = spec.SuspendOnIdle
 	out.AllowInternetAccess = spec.AllowInternetAccess
 	// The snapshot's egress policy carries over unless the request gives
 	// one; without internet access there is none.

@@ -244,6 +244,25 @@ func TestE2BWire(t *testing.T) {
 	if status, _, body := rawRequest(t, d, "GET", "/v1/sandboxes/"+id, nil, map[string]string{"Authorization": "Bearer " + keys["pya"]}); status != 200 {
 		t.Errorf("the E2B sandbox through forkbox's API: %d %s", status, body)
 	}
+	// A fork (and a restore) gets tokens of its own: the parent's token
+	// does not open it.
+	status, _, body = e2bCall(t, d, "POST", "/sandboxes/"+id+"/fork", `{"count":1}`, a)
+	var forks []struct {
+		Sandbox map[string]any `json:"sandbox"`
+	}
+	if status != http.StatusCreated || json.Unmarshal([]byte(body), &forks) != nil || len(forks) != 1 || forks[0].Sandbox == nil {
+		t.Fatalf("fork: %d %s", status, body)
+	}
+	fid, ftok := forks[0].Sandbox["sandboxID"].(string), forks[0].Sandbox["envdAccessToken"].(string)
+	if ftok == "" || ftok == tok {
+		t.Fatalf("the fork's token %q is its parent's %q", ftok, tok)
+	}
+	if status, _, body := e2bCall(t, d, "POST", "/execute", `{"code":"1"}`, map[string]string{"E2b-Sandbox-Id": fid, "E2b-Sandbox-Port": "49999", "X-Access-Token": tok}); status != http.StatusUnauthorized {
+		t.Errorf("the parent's token on the fork: %d %s", status, body)
+	}
+	if status, _, body := e2bCall(t, d, "POST", "/execute", `{"code":"1 + 1"}`, map[string]string{"E2b-Sandbox-Id": fid, "E2b-Sandbox-Port": "49999", "X-Access-Token": ftok}); status != 200 || !strings.Contains(body, `"text":"2"`) {
+		t.Errorf("the fork with its own token: %d %s", status, body)
+	}
 	// Kill: 204, then 404; the data plane then answers 502 ("gone").
 	if status, _, body := e2bCall(t, d, "DELETE", "/sandboxes/"+id, "", a); status != http.StatusNoContent {
 		t.Fatalf("kill: %d %s", status, body)
