@@ -23,6 +23,7 @@ type Code interface {
 	CreateContext(ctx context.Context, ref string, req *api.CreateContextRequest) (*api.Context, error)
 	ListContexts(ctx context.Context, ref string) ([]api.Context, error)
 	ActOnContext(ctx context.Context, ref, id string, action sandbox.ContextAction) (*api.Context, error)
+	E2BDefaultContext(ctx context.Context, ref, language, cwd string) (string, error)
 }
 
 var _ Code = (*sandbox.Manager)(nil)
@@ -33,10 +34,14 @@ type jupyter struct {
 	c   Code
 	log *slog.Logger
 	mux *http.ServeMux
+	// defaults serializes finding (and making) E2B's default contexts;
+	// known remembers them by sandbox id and language.
+	defaults sync.Mutex
+	known    map[string]string
 }
 
 func newJupyter(c Code, log *slog.Logger) *jupyter {
-	j := &jupyter{c: c, log: log, mux: http.NewServeMux()}
+	j := &jupyter{c: c, log: log, mux: http.NewServeMux(), known: map[string]string{}}
 	j.mux.HandleFunc("POST /execute", j.execute)
 	j.mux.HandleFunc("GET /contexts", j.listContexts)
 	j.mux.HandleFunc("POST /contexts", j.createContext)
@@ -97,6 +102,21 @@ func (j *jupyter) execute(w http.ResponseWriter, r *http.Request) {
 	if a, ok := languageAliases[lang]; ok {
 		lang = a
 	}
+	defaultKey := ""
+	if ctxID == "" {
+		// E2B's cells run in /home/user: a context of E2B's own per
+		// language, not forkbox's default one (in /workspace).
+		if lang == "" {
+			lang = "python"
+		}
+		defaultKey = sandboxID(r.Context()) + "/" + lang
+		id, err := j.defaultContext(r.Context(), defaultKey, lang, false)
+		if err != nil {
+			jupyterError(w, err)
+			return
+		}
+		ctxID, lang = id, ""
+	}
 	run := &api.RunCodeRequest{Code: req.Code, Language: lang, Context: ctxID, Env: req.EnvVars}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
@@ -127,7 +147,7 @@ func (j *jupyter) execute(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}()
-	exec, err := j.c.RunCode(r.Context(), sandboxID(r.Context()), run, sandbox.CodeOptions{OnEvent: func(ev agent.CodeEvent) {
+	onEvent := func(ev agent.CodeEvent) {
 		switch ev.Type {
 		case "stdout", "stderr":
 			line(map[string]any{"type": ev.Type, "text": ev.Text, "timestamp": time.Now().UTC().Format(time.RFC3339Nano)})
@@ -138,7 +158,15 @@ func (j *jupyter) execute(w http.ResponseWriter, r *http.Request) {
 				line(errorLine(ev.Error))
 			}
 		}
-	}})
+	}
+	exec, err := j.c.RunCode(r.Context(), sandboxID(r.Context()), run, sandbox.CodeOptions{OnEvent: onEvent})
+	if defaultKey != "" && errors.Is(err, errdefs.ErrNotFound) {
+		// The remembered context is gone (deleted, or the sandbox was
+		// restored from elsewhere): find or make it again, once.
+		if run.Context, err = j.defaultContext(r.Context(), defaultKey, strings.TrimPrefix(defaultKey, sandboxID(r.Context())+"/"), true); err == nil {
+			exec, err = j.c.RunCode(r.Context(), sandboxID(r.Context()), run, sandbox.CodeOptions{OnEvent: onEvent})
+		}
+	}
 	close(done)
 	if err != nil {
 		// The headers are out: the failure is an error line, as E2B's
@@ -254,4 +282,24 @@ func (j *jupyter) contextAction(action sandbox.ContextAction) http.HandlerFunc {
 		}
 		writeJSON(w, http.StatusOK, contextView(c))
 	}
+}
+
+// defaultContext is the id of E2B's default context for key (sandbox id /
+// language): remembered, or else found or made in the sandbox (forget:
+// look again even if remembered).
+func (j *jupyter) defaultContext(ctx context.Context, key, lang string, forget bool) (string, error) {
+	j.defaults.Lock()
+	defer j.defaults.Unlock()
+	if id, ok := j.known[key]; ok && !forget {
+		return id, nil
+	}
+	id, err := j.c.E2BDefaultContext(ctx, sandboxID(ctx), lang, homeDir)
+	if err != nil {
+		return "", err
+	}
+	if len(j.known) > 4096 {
+		clear(j.known) // a bound; it refills on use
+	}
+	j.known[key] = id
+	return id, nil
 }

@@ -17,12 +17,15 @@ func (m *Manager) E2BAccess(ctx context.Context, ref, template string) (*api.San
 	if err != nil {
 		return nil, store.E2BAccess{}, err
 	}
-	if sb.Spec.E2B != nil && (template == "" || sb.Spec.E2B.Template == template) {
-		return m.view(sb), *sb.Spec.E2B, nil
+	if e := sb.Spec.E2B; e != nil && e.EnvdToken != "" && (template == "" || e.Template == template) {
+		return m.view(sb), *e, nil
 	}
 	sb, err = m.store.Update(ctx, sb.ID, func(s *store.Sandbox) error {
 		if s.Spec.E2B == nil {
-			s.Spec.E2B = &store.E2BAccess{EnvdToken: newPortToken(), TrafficToken: newPortToken()}
+			s.Spec.E2B = &store.E2BAccess{}
+		}
+		if s.Spec.E2B.EnvdToken == "" {
+			s.Spec.E2B.EnvdToken, s.Spec.E2B.TrafficToken = newPortToken(), newPortToken()
 		}
 		if template != "" {
 			s.Spec.E2B.Template = template
@@ -53,7 +56,7 @@ func (m *Manager) E2BTemplate(ctx context.Context, ref string) string {
 // data plane is no oracle of what exists.
 func (m *Manager) E2BAuthorize(ctx context.Context, id, token string, traffic bool) (owner string, state string, ok bool) {
 	sb, err := m.store.Get(tenant.Unscoped(ctx), id)
-	if err != nil || sb.ID != id || sb.Spec.E2B == nil || token == "" {
+	if err != nil || sb.ID != id || sb.Spec.E2B == nil || sb.Spec.E2B.EnvdToken == "" || token == "" {
 		return "", "", false
 	}
 	match := func(want string) bool { return subtle.ConstantTimeCompare([]byte(token), []byte(want)) == 1 }
@@ -61,4 +64,44 @@ func (m *Manager) E2BAuthorize(ctx context.Context, id, token string, traffic bo
 		return sb.Tenant, sb.State, true
 	}
 	return "", "", false
+}
+
+// E2BDefaultContext is the code context an E2B client's cell runs in when
+// it names none: one per language, in E2B's working directory cwd, made on
+// first use and kept with the sandbox (its kernel is a process of the
+// sandbox: it survives suspend, resume and restarts like any other).
+// forkbox's own default context stays as it is, in /workspace.
+func (m *Manager) E2BDefaultContext(ctx context.Context, ref, language, cwd string) (string, error) {
+	sb, err := m.store.Get(ctx, ref)
+	if err != nil {
+		return "", err
+	}
+	if sb.Spec.E2B != nil {
+		if id := sb.Spec.E2B.Contexts[language]; id != "" {
+			list, err := m.ListContexts(ctx, sb.ID)
+			if err != nil {
+				return "", err
+			}
+			for _, c := range list {
+				if c.ID == id {
+					return id, nil
+				}
+			}
+		}
+	}
+	c, err := m.CreateContext(ctx, sb.ID, &api.CreateContextRequest{Language: language, Cwd: cwd})
+	if err != nil {
+		return "", err
+	}
+	_, err = m.store.Update(ctx, sb.ID, func(s *store.Sandbox) error {
+		if s.Spec.E2B == nil {
+			s.Spec.E2B = &store.E2BAccess{}
+		}
+		if s.Spec.E2B.Contexts == nil {
+			s.Spec.E2B.Contexts = map[string]string{}
+		}
+		s.Spec.E2B.Contexts[language] = c.ID
+		return nil
+	})
+	return c.ID, err
 }

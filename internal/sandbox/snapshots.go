@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -332,7 +333,11 @@ func (m *Manager) restoreSource(ctx context.Context, req *api.CreateSandboxReque
 	out := sn.Spec
 	out.Labels = spec.Labels
 	out.Ports = nil // a new sandbox: its ports get tokens of their own
-	out.E2B = nil   // and its E2B data plane too
+	if out.E2B != nil {
+		// And its E2B data plane tokens too; E2B's default code contexts
+		// are in the snapshot (their kernels with their variables).
+		out.E2B = &store.E2BAccess{Template: out.E2B.Template, Contexts: maps.Clone(out.E2B.Contexts)}
+	}
 	out.SuspendOnIdle = spec.SuspendOnIdle
 	out.AllowInternetAccess = spec.AllowInternetAccess
 	// The snapshot's egress policy carries over unless the request gives

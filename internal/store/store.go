@@ -83,6 +83,9 @@ type E2BAccess struct {
 	TrafficToken string `json:"traffic_token"`
 	// Template is the templateID the client created it with.
 	Template string `json:"template,omitempty"`
+	// Contexts are the code contexts E2B clients' cells run in when they
+	// name none, by language (made on first use, in /home/user).
+	Contexts map[string]string `json:"contexts,omitempty"`
 }
 
 // PortAccess is who may reach one port of a sandbox through the daemon

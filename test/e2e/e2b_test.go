@@ -189,6 +189,12 @@ func TestE2BWire(t *testing.T) {
 	if !sawStdout || !sawResult || !sawCount || !sawEnd {
 		t.Fatalf("execute lines (stdout %v, result %v, count %v, end %v):\n%s", sawStdout, sawResult, sawCount, sawEnd, body)
 	}
+	// E2B's cells run in /home/user, in a context of their own (forkbox's
+	// default context stays in /workspace), with their variables.
+	status, _, body = e2bCall(t, d, "POST", "/execute", `{"code":"import os\nos.getcwd()","context_id":null,"language":null,"env_vars":null}`, jup)
+	if status != 200 || !strings.Contains(body, `"text":"/home/user"`) || !strings.Contains(body, `"execution_count":2`) {
+		t.Errorf("E2B's default cwd: %d %s", status, body)
+	}
 	// Data plane without or with a wrong token: 401, as for an unknown
 	// sandbox.
 	for _, h := range []map[string]string{
