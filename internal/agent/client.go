@@ -287,3 +287,34 @@ func (b *boundedLines) Read(p []byte) (int, error) {
 	}
 	return n, err
 }
+
+// ExecInput writes data (at most MaxExecInput bytes) to the stdin of the
+// running exec id (started with KeepStdin) and, if closeStdin, closes it
+// after.
+func (c *Client) ExecInput(ctx context.Context, id string, data []byte, closeStdin bool) error {
+	if len(data) > MaxExecInput {
+		return errdefs.TooLarge("exec input: %d bytes; at most %d at once", len(data), MaxExecInput)
+	}
+	return c.postJSON(ctx, "/exec/input", ExecInputRequest{ID: id, Data: data, Close: closeStdin})
+}
+
+// ExecSignal sends signal ("SIGTERM", "SIGKILL", "SIGINT" or "SIGHUP") to
+// the process group of the running exec id.
+func (c *Client) ExecSignal(ctx context.Context, id, signal string) error {
+	return c.postJSON(ctx, "/exec/signal", ExecSignalRequest{ID: id, Signal: signal})
+}
+
+// postJSON posts req as JSON to path and discards the answer.
+func (c *Client) postJSON(ctx context.Context, path string, req any) error {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	resp, err := c.do(ctx, http.MethodPost, path, nil, bytes.NewReader(b), "application/json")
+	if err != nil {
+		return err
+	}
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	return nil
+}

@@ -60,7 +60,30 @@ type ExecRequest struct {
 	// Root runs the command as root with the build capabilities; only a
 	// build sandbox's agent accepts it.
 	Root bool `json:"root,omitempty"`
+	// ID, when set (1 to 64 of A-Z a-z 0-9 _ -, unique among the execs
+	// running), registers the exec while it runs: POST /exec/input and
+	// POST /exec/signal reach it by this ID.
+	ID string `json:"id,omitempty"`
+	// KeepStdin keeps the command's stdin open after Stdin is written,
+	// for POST /exec/input; it needs an ID.
+	KeepStdin bool `json:"keep_stdin,omitempty"`
 }
+
+// ExecInputRequest writes to a running exec's stdin and/or closes it.
+type ExecInputRequest struct {
+	ID    string `json:"id"`
+	Data  []byte `json:"data,omitempty"`
+	Close bool   `json:"close,omitempty"`
+}
+
+// ExecSignalRequest signals a running exec's process group.
+type ExecSignalRequest struct {
+	ID     string `json:"id"`
+	Signal string `json:"signal"`
+}
+
+// MaxExecInput bounds the data of one ExecInputRequest.
+const MaxExecInput = 1 << 20
 
 // ExecEvent is one line of the agent's NDJSON exec stream: output, or the
 // final exit status.
@@ -68,6 +91,9 @@ type ExecEvent struct {
 	Stream string      `json:"stream,omitempty"` // "stdout" or "stderr"
 	Data   []byte      `json:"data,omitempty"`
 	Exit   *ExitStatus `json:"exit,omitempty"`
+	// Started is sent once the command has started (and, with an ID, is
+	// registered); an agent from before it sends none.
+	Started bool `json:"started,omitempty"`
 }
 
 // ExitStatus is how a command ended.

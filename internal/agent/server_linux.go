@@ -123,6 +123,8 @@ type server struct {
 	reaper *reaper
 	rootFD int // the sandbox's root, O_PATH: where every path is resolved from
 	ctxs   contexts
+	// execs are the running execs with an ID.
+	execs execTable
 	// caps are the capability sets the agent keeps once it serves; nil
 	// until then.
 	caps *capSets
@@ -148,6 +150,8 @@ func (s *server) routes() http.Handler {
 		writeJSONAnswer(w, http.StatusOK, rep)
 	})
 	mux.HandleFunc("POST /exec", s.handleExec)
+	mux.HandleFunc("POST /exec/input", s.handleExecInput)
+	mux.HandleFunc("POST /exec/signal", s.handleExecSignal)
 	mux.HandleFunc("GET /files", s.handleRead)
 	mux.HandleFunc("PUT /files", s.handleWrite)
 	mux.HandleFunc("DELETE /files", s.handleRemove)
@@ -228,6 +232,18 @@ func (s *server) handleExec(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errdefs.PermissionDenied("commands run as root only in image builds"))
 		return
 	}
+	if req.KeepStdin && req.ID == "" {
+		writeError(w, errdefs.InvalidArgument("keep_stdin needs an exec id"))
+		return
+	}
+	var entry *execEntry
+	if req.ID != "" {
+		var err error
+		if entry, err = s.execs.reserve(req.ID); err != nil {
+			writeError(w, err)
+			return
+		}
+	}
 	env := MergeEnv(s.cfg.Env, req.Env)
 	cwd := req.Cwd
 	if cwd == "" {
@@ -245,12 +261,18 @@ func (s *server) handleExec(w http.ResponseWriter, r *http.Request) {
 			flusher.Flush()
 		}
 	}
-	exit := s.runCommand(r, &req, env, cwd, send)
+	exit := s.runCommand(r, &req, entry, env, cwd, send)
 	send(ExecEvent{Exit: exit})
 }
 
 // runCommand runs one command to its end, streaming output through send.
-func (s *server) runCommand(r *http.Request, req *ExecRequest, env []string, cwd string, send func(ExecEvent)) *ExitStatus {
+// entry, when not nil, is the command's registration under req.ID: it is
+// given the pid and the stdin pipe (with KeepStdin) once the command
+// started, and removed when it has been reaped.
+func (s *server) runCommand(r *http.Request, req *ExecRequest, entry *execEntry, env []string, cwd string, send func(ExecEvent)) *ExitStatus {
+	if entry != nil {
+		defer s.execs.exited(req.ID, entry)
+	}
 	start := time.Now()
 	fail := func(code int, msg string) *ExitStatus {
 		send(ExecEvent{Stream: "stderr", Data: []byte(msg + "\n")})
@@ -323,9 +345,23 @@ func (s *server) runCommand(r *http.Request, req *ExecRequest, env []string, cwd
 		errR.Close()
 		return failed
 	}
+	if entry != nil {
+		var keep *os.File
+		if req.KeepStdin {
+			keep = stdinW
+		}
+		s.execs.started(entry, pid, keep)
+	}
+	// Whoever waits for the command to be reachable (an input right after
+	// the start) may go on now.
+	send(ExecEvent{Started: true})
 	go func() {
 		if len(req.Stdin) > 0 {
 			stdinW.Write(req.Stdin)
+		}
+		if req.KeepStdin && entry != nil {
+			entry.wmu.Unlock()
+			return
 		}
 		stdinW.Close()
 	}()
@@ -367,6 +403,11 @@ func (s *server) runCommand(r *http.Request, req *ExecRequest, env []string, cwd
 		killGroup()
 		ws = <-done
 		st.Error = "client went away; command killed"
+	}
+	if entry != nil {
+		// Reaped: no signal may be sent to its pid any more, and its
+		// stdin is closed (a process it left behind may hold it).
+		s.execs.exited(req.ID, entry)
 	}
 	// Output still buffered in the pipes is drained; a background process that
 	// keeps the pipes open must not hold the call, so stop reading after a grace.

@@ -860,6 +860,17 @@ func envList(env map[string]string) ([]string, error) {
 // ExecOptions streams output while a command runs; nil callbacks are skipped.
 type ExecOptions struct {
 	OnStdout, OnStderr func([]byte)
+	// OnStart is called once the command has started (and, with an ID, can
+	// be reached by ExecInput and ExecSignal); an agent restored from an
+	// older snapshot does not report it.
+	OnStart func()
+	// ID registers the command under this name while it runs (see
+	// ExecInput, ExecSignal): 1 to 64 of A-Z a-z 0-9 _ -, unique among
+	// the sandbox's running commands.
+	ID string
+	// KeepStdin keeps the command's stdin open after req.Stdin for
+	// ExecInput; it needs an ID.
+	KeepStdin bool
 }
 
 // Exec runs a command in a sandbox.
@@ -867,7 +878,14 @@ func (m *Manager) Exec(ctx context.Context, ref string, req *api.ExecRequest, op
 	if req.Cmd == "" {
 		return nil, errdefs.InvalidArgument("cmd: is required")
 	}
-	areq := &agent.ExecRequest{Cmd: req.Cmd, Args: req.Args, Cwd: req.Cwd, Stdin: []byte(req.Stdin)}
+	areq := &agent.ExecRequest{Cmd: req.Cmd, Args: req.Args, Cwd: req.Cwd, Stdin: []byte(req.Stdin),
+		ID: opts.ID, KeepStdin: opts.KeepStdin}
+	if opts.ID != "" && !execIDRE.MatchString(opts.ID) {
+		return nil, errdefs.InvalidArgument("exec id %q: want 1 to 64 of A-Z a-z 0-9 _ -", opts.ID)
+	}
+	if opts.KeepStdin && opts.ID == "" {
+		return nil, errdefs.InvalidArgument("keeping stdin open needs an exec id")
+	}
 	if req.TimeoutSecs != nil {
 		if *req.TimeoutSecs < 0.001 || *req.TimeoutSecs > 86400 {
 			return nil, rangeErr("timeout_secs", *req.TimeoutSecs, 0.001, 86400)
@@ -896,6 +914,9 @@ func (m *Manager) Exec(ctx context.Context, ref string, req *api.ExecRequest, op
 	var out, errb cappedBuffer
 	start := time.Now()
 	st, err := l.agent.Exec(ctx, areq, func(ev agent.ExecEvent) {
+		if ev.Started && opts.OnStart != nil {
+			opts.OnStart()
+		}
 		switch ev.Stream {
 		case "stdout":
 			if opts.OnStdout != nil {

@@ -1,0 +1,60 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+
+	"github.com/forkbox/forkbox/internal/agent"
+	"github.com/forkbox/forkbox/internal/errdefs"
+)
+
+// Running commands started with an ExecOptions.ID are reached by it: their
+// stdin written and closed, their process group signalled.
+
+var execIDRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// execSignals are the signals ExecSignal sends.
+var execSignals = map[string]bool{"SIGTERM": true, "SIGKILL": true, "SIGINT": true, "SIGHUP": true}
+
+// ExecInput writes data (at most 1 MiB) to the stdin of the running command
+// id of a sandbox (started with KeepStdin) and, if closeStdin, closes it
+// after. An unknown id (or one that ended) is not found.
+func (m *Manager) ExecInput(ctx context.Context, ref, id string, data []byte, closeStdin bool) error {
+	if !execIDRE.MatchString(id) {
+		return errdefs.InvalidArgument("exec id %q: want 1 to 64 of A-Z a-z 0-9 _ -", id)
+	}
+	if len(data) > agent.MaxExecInput {
+		return errdefs.TooLarge("input: %d bytes; at most %d at once", len(data), agent.MaxExecInput)
+	}
+	l, release, err := m.acquire(ctx, ref)
+	if err != nil {
+		return err
+	}
+	defer release()
+	if err := l.agent.ExecInput(ctx, id, data, closeStdin); err != nil {
+		return fmt.Errorf("input to command %s: %w", id, m.agentErr(l, err))
+	}
+	return nil
+}
+
+// ExecSignal sends signal ("SIGTERM", "SIGKILL", "SIGINT" or "SIGHUP") to
+// the process group of the running command id of a sandbox. An unknown id
+// (or one that ended) is not found.
+func (m *Manager) ExecSignal(ctx context.Context, ref, id, signal string) error {
+	if !execIDRE.MatchString(id) {
+		return errdefs.InvalidArgument("exec id %q: want 1 to 64 of A-Z a-z 0-9 _ -", id)
+	}
+	if !execSignals[signal] {
+		return errdefs.InvalidArgument("signal %q: want SIGTERM, SIGKILL, SIGINT or SIGHUP", signal)
+	}
+	l, release, err := m.acquire(ctx, ref)
+	if err != nil {
+		return err
+	}
+	defer release()
+	if err := l.agent.ExecSignal(ctx, id, signal); err != nil {
+		return fmt.Errorf("signal command %s: %w", id, m.agentErr(l, err))
+	}
+	return nil
+}
