@@ -7,15 +7,18 @@ package e2b
 // are plain HTTP. Every request is for the sandbox sandboxID(ctx), which the
 // caller resolved and authorized.
 //
-// What forkbox cannot do (yet) is answered with connect's unimplemented and
-// a message that says so: processes that outlive their Start stream (and so
-// Connect, SendInput, SendSignal, CloseStdin, Update, StreamInput), PTYs and
-// directory watches.
+// Commands run as under E2B's envd: detached from their Start stream (a
+// table of them per sandbox serves List, Connect, SendInput, CloseStdin and
+// SendSignal). What forkbox cannot do (yet) is answered with connect's
+// unimplemented and a message that says so: PTYs (and so Update),
+// StreamInput and directory watches.
 
 import (
 	"compress/gzip"
 	"context"
+	"crypto/rand"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -52,6 +55,10 @@ type Backend interface {
 	WriteFile(ctx context.Context, ref, path string, mode uint32, body io.Reader) (*api.WriteFileResult, error)
 	RemoveFile(ctx context.Context, ref, path string, recursive bool) error
 	ListFiles(ctx context.Context, ref, path string) (*api.FileList, error)
+	// ExecInput and ExecSignal reach a command Exec runs with
+	// ExecOptions.ID.
+	ExecInput(ctx context.Context, ref, id string, data []byte, closeStdin bool) error
+	ExecSignal(ctx context.Context, ref, id, signal string) error
 }
 
 var _ Backend = (*sandbox.Manager)(nil)
@@ -82,12 +89,6 @@ type envd struct {
 
 	mu    sync.Mutex
 	procs map[string]*procTable // by sandbox id
-}
-
-// procTable is a sandbox's commands running under a Start stream.
-type procTable struct {
-	next    uint32
-	running map[uint32]*procpb.ProcessInfo
 }
 
 // newEnvd returns the handler of E2B's envd (port 49983) for the sandbox
@@ -443,34 +444,255 @@ type processService struct{ e *envd }
 
 var _ processconnect.ProcessHandler = (*processService)(nil)
 
-// startProc registers a command of sandbox id under a new pid.
-func (e *envd) startProc(id string, info *procpb.ProcessInfo) uint32 {
+// proc is a command of a sandbox started by Start: it runs detached from
+// the Start stream (which is only its first subscriber) until it ends or
+// the Start request's deadline passes, as under E2B's envd.
+type proc struct {
+	pid    uint32
+	info   *procpb.ProcessInfo
+	execID string // the command's id at the agent (ExecOptions.ID)
+	cmd    string
+
+	startOnce sync.Once
+	started   chan struct{} // closed once the agent reports the start, or the command ended
+	done      chan struct{} // closed once the command ended; res, err and overdue are set then
+
+	res     *api.ExecResult
+	err     error
+	overdue bool // it ran past the Start request's deadline and was killed
+
+	subs map[*subscriber]struct{} // guarded by envd.mu
+}
+
+func (p *proc) markStarted() { p.startOnce.Do(func() { close(p.started) }) }
+
+// subscriber is a stream that follows a proc's events: Start's own, or a
+// Connect's. The command's output waits for a subscriber that is slow
+// (backpressure, as when the stream was the command's only reader), never
+// for one that is gone.
+type subscriber struct {
+	ch       chan *procpb.ProcessEvent
+	gone     chan struct{}
+	goneOnce sync.Once
+}
+
+func (s *subscriber) leave() { s.goneOnce.Do(func() { close(s.gone) }) }
+
+// procTable is a sandbox's running commands.
+type procTable struct {
+	next    uint32
+	running map[uint32]*proc
+}
+
+const (
+	// maxProcs bounds the commands that run at once in a sandbox.
+	maxProcs = 64
+	// maxSubscribers bounds the streams that follow one command.
+	maxSubscribers = 16
+	// subscriberQueue is how many events wait for a slow subscriber
+	// before the command's output waits for it.
+	subscriberQueue = 64
+	// startWait bounds how long an input or a signal waits for the agent
+	// to report that a command just started.
+	startWait = 10 * time.Second
+	// killWait bounds how long a SIGKILL waits for the command to end, so
+	// that the SDK's next call sees it gone.
+	killWait = 5 * time.Second
+	// maxInput bounds one SendInput.
+	maxInput = 1 << 20
+)
+
+// newProc registers a command of sandbox id under a new pid, with sub as
+// its first subscriber.
+func (e *envd) newProc(id string, info *procpb.ProcessInfo, cmd string, sub *subscriber) (*proc, error) {
+	var salt [6]byte
+	if _, err := rand.Read(salt[:]); err != nil {
+		return nil, fmt.Errorf("process id: %w", err)
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	t := e.procs[id]
 	if t == nil {
-		t = &procTable{next: firstPID, running: map[uint32]*procpb.ProcessInfo{}}
+		t = &procTable{next: firstPID, running: map[uint32]*proc{}}
 		e.procs[id] = t
+	}
+	if len(t.running) >= maxProcs {
+		return nil, errdefs.ResourceExhausted("%d processes run in this sandbox already; wait for one to end or kill one", maxProcs)
 	}
 	pid := t.next
 	t.next++
 	info.Pid = pid
-	t.running[pid] = info
-	return pid
+	p := &proc{
+		pid: pid, info: info, cmd: cmd,
+		execID:  fmt.Sprintf("e2b-%d-%s", pid, hex.EncodeToString(salt[:])),
+		started: make(chan struct{}), done: make(chan struct{}),
+		subs: map[*subscriber]struct{}{sub: {}},
+	}
+	t.running[pid] = p
+	return p, nil
 }
 
-func (e *envd) endProc(id string, pid uint32) {
+func newSubscriber() *subscriber {
+	return &subscriber{ch: make(chan *procpb.ProcessEvent, subscriberQueue), gone: make(chan struct{})}
+}
+
+// findProc finds a running command of sandbox id by pid or tag.
+func (e *envd) findProc(id string, sel *procpb.ProcessSelector) (*proc, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if t := e.procs[id]; t != nil {
-		delete(t.running, pid)
+	t := e.procs[id]
+	switch s := sel.GetSelector().(type) {
+	case *procpb.ProcessSelector_Pid:
+		if t != nil {
+			if p := t.running[s.Pid]; p != nil {
+				return p, nil
+			}
+		}
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("process with pid %d not found", s.Pid))
+	case *procpb.ProcessSelector_Tag:
+		var found *proc
+		if t != nil {
+			for _, p := range t.running {
+				if p.info.GetTag() == s.Tag && (found == nil || p.pid < found.pid) {
+					found = p
+				}
+			}
+		}
+		if found == nil {
+			return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("process with tag %q not found", s.Tag))
+		}
+		return found, nil
+	}
+	return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("process: a pid or a tag is required"))
+}
+
+// subscribe adds a subscriber to a running p.
+func (e *envd) subscribe(p *proc) (*subscriber, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	select {
+	case <-p.done:
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("process with pid %d not found (it ended)", p.pid))
+	default:
+	}
+	if len(p.subs) >= maxSubscribers {
+		return nil, errdefs.ResourceExhausted("process %d has %d streams following it already", p.pid, maxSubscribers)
+	}
+	sub := newSubscriber()
+	p.subs[sub] = struct{}{}
+	return sub, nil
+}
+
+func (e *envd) unsubscribe(p *proc, sub *subscriber) {
+	e.mu.Lock()
+	delete(p.subs, sub)
+	e.mu.Unlock()
+	sub.leave()
+}
+
+// publish hands ev to p's subscribers, waiting for those that are slow.
+func (e *envd) publish(p *proc, ev *procpb.ProcessEvent) {
+	e.mu.Lock()
+	subs := make([]*subscriber, 0, len(p.subs))
+	for s := range p.subs {
+		subs = append(subs, s)
+	}
+	e.mu.Unlock()
+	for _, s := range subs {
+		select {
+		case s.ch <- ev:
+		case <-s.gone:
+		}
+	}
+}
+
+// runProc runs p until it ends, then removes it from the table; subscribers
+// then send its end.
+func (e *envd) runProc(ctx context.Context, cancel context.CancelFunc, id string, p *proc, req *api.ExecRequest, keepStdin bool) {
+	defer cancel()
+	output := func(stderr bool) func([]byte) {
+		return func(b []byte) {
+			if len(b) == 0 {
+				return
+			}
+			p.markStarted() // an agent that does not report the start
+			d := &procpb.ProcessEvent_DataEvent{Output: &procpb.ProcessEvent_DataEvent_Stdout{Stdout: b}}
+			if stderr {
+				d.Output = &procpb.ProcessEvent_DataEvent_Stderr{Stderr: b}
+			}
+			e.publish(p, &procpb.ProcessEvent{Event: &procpb.ProcessEvent_Data{Data: d}})
+		}
+	}
+	res, err := e.b.Exec(ctx, id, req, sandbox.ExecOptions{
+		OnStdout: output(false), OnStderr: output(true), OnStart: p.markStarted,
+		ID: p.execID, KeepStdin: keepStdin,
+	})
+	p.markStarted()
+	e.mu.Lock()
+	p.res, p.err = res, err
+	p.overdue = err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded)
+	if t := e.procs[id]; t != nil && t.running[p.pid] == p {
+		delete(t.running, p.pid)
+	}
+	e.mu.Unlock()
+	close(p.done)
+}
+
+// follow streams p's events to one subscriber through send: start, output
+// as it comes, keepalives while it is silent, then its end. A subscriber
+// that goes away leaves the command running.
+func (e *envd) follow(ctx context.Context, p *proc, sub *subscriber, keepalive time.Duration, send func(*procpb.ProcessEvent) error, overdue func() error) error {
+	defer e.unsubscribe(p, sub)
+	if err := send(&procpb.ProcessEvent{Event: &procpb.ProcessEvent_Start{Start: &procpb.ProcessEvent_StartEvent{Pid: p.pid}}}); err != nil {
+		return err
+	}
+	t := time.NewTicker(keepalive)
+	defer t.Stop()
+	for {
+		select {
+		case ev := <-sub.ch:
+			if err := send(ev); err != nil {
+				return err
+			}
+		case <-t.C:
+			if err := send(&procpb.ProcessEvent{Event: &procpb.ProcessEvent_Keepalive{Keepalive: &procpb.ProcessEvent_KeepAlive{}}}); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return overdue()
+			}
+			return ctx.Err()
+		case <-p.done:
+			// All its output was queued before it ended.
+			for {
+				select {
+				case ev := <-sub.ch:
+					if err := send(ev); err != nil {
+						return err
+					}
+					continue
+				default:
+				}
+				break
+			}
+			switch {
+			case p.overdue:
+				return overdue()
+			case p.err != nil:
+				return e.rpcErr(ctx, fmt.Errorf("run %s: %w", p.cmd, p.err))
+			}
+			return send(&procpb.ProcessEvent{Event: &procpb.ProcessEvent_End{End: endEvent(p.res)}})
+		}
 	}
 }
 
 // Start runs a command and streams its events: start (with a pid of this
 // layer's own), output as it comes, keepalives while it is silent, end.
-// The command lives as long as the stream: a client that goes away, or a
-// Connect-Timeout-Ms that expires, kills it.
+// As under E2B's envd, the command does not depend on the stream: a client
+// that goes away leaves it running (Connect follows it again, SendSignal
+// kills it); the Start request's deadline (Connect-Timeout-Ms), if any,
+// kills it.
 func (s *processService) Start(ctx context.Context, req *connect.Request[procpb.StartRequest], stream *connect.ServerStream[procpb.StartResponse]) error {
 	e := s.e
 	id := sandboxID(ctx)
@@ -489,86 +711,32 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[procpb.
 			return e.rpcErr(ctx, err)
 		}
 	}
-	// stdin: the command's stdin is closed (SendInput is not served), which
-	// is what E2B does for stdin:false, the SDKs' default.
+	// stdin: false (the SDKs' default) closes the command's stdin; true
+	// keeps it open for SendInput and CloseStdin.
 	ereq := &api.ExecRequest{Cmd: cfg.Cmd, Args: cfg.Args, Env: cfg.Envs, Cwd: cwd}
 	info := &procpb.ProcessInfo{
 		Config: &procpb.ProcessConfig{Cmd: cfg.Cmd, Args: cfg.Args, Envs: cfg.Envs, Cwd: &cwd},
 		Tag:    msg.Tag,
 	}
-	pid := e.startProc(id, info)
-	defer e.endProc(id, pid)
-
-	execCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		mu      sync.Mutex
-		sendErr error
-	)
-	send := func(ev *procpb.ProcessEvent) error {
-		mu.Lock()
-		defer mu.Unlock()
-		if sendErr != nil {
-			return sendErr
-		}
-		if err := stream.Send(&procpb.StartResponse{Event: ev}); err != nil {
-			sendErr = err
-			cancel() // nobody reads the output any more
-			return err
-		}
-		return nil
+	sub := newSubscriber()
+	p, err := e.newProc(id, info, cfg.Cmd, sub)
+	if err != nil {
+		return e.rpcErr(ctx, err)
 	}
-	if err := send(&procpb.ProcessEvent{Event: &procpb.ProcessEvent_Start{Start: &procpb.ProcessEvent_StartEvent{Pid: pid}}}); err != nil {
-		return err
+	// The command's context keeps the request's values (the tenant it
+	// runs for) and deadline, not its cancellation.
+	execCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	if dl, ok := ctx.Deadline(); ok {
+		cancel()
+		execCtx, cancel = context.WithDeadline(context.WithoutCancel(ctx), dl)
 	}
-	output := func(stderr bool) func([]byte) {
-		return func(b []byte) {
-			if len(b) == 0 {
-				return
-			}
-			d := &procpb.ProcessEvent_DataEvent{Output: &procpb.ProcessEvent_DataEvent_Stdout{Stdout: b}}
-			if stderr {
-				d.Output = &procpb.ProcessEvent_DataEvent_Stderr{Stderr: b}
-			}
-			send(&procpb.ProcessEvent{Event: &procpb.ProcessEvent_Data{Data: d}})
-		}
-	}
-
-	// Keepalives until the command ends; the goroutine is gone before
-	// Start returns (the stream may not be used after).
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(e.keepaliveFor(req.Header()))
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				send(&procpb.ProcessEvent{Event: &procpb.ProcessEvent_Keepalive{Keepalive: &procpb.ProcessEvent_KeepAlive{}}})
-			}
-		}
-	}()
-	res, err := e.b.Exec(execCtx, id, ereq, sandbox.ExecOptions{OnStdout: output(false), OnStderr: output(true)})
-	close(done)
-	wg.Wait()
-
-	mu.Lock()
-	gone := sendErr
-	mu.Unlock()
-	switch {
-	case gone != nil:
-		return gone
-	case err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
-		return connect.NewError(connect.CodeDeadlineExceeded,
-			fmt.Errorf("command %s ran past the request's timeout (Connect-Timeout-Ms) and was killed: %w", cfg.Cmd, err))
-	case err != nil:
-		return e.rpcErr(ctx, fmt.Errorf("run %s: %w", cfg.Cmd, err))
-	}
-	return send(&procpb.ProcessEvent{Event: &procpb.ProcessEvent_End{End: endEvent(res)}})
+	go e.runProc(execCtx, cancel, id, p, ereq, msg.GetStdin())
+	return e.follow(ctx, p, sub, e.keepaliveFor(req.Header()),
+		func(ev *procpb.ProcessEvent) error { return stream.Send(&procpb.StartResponse{Event: ev}) },
+		func() error {
+			return connect.NewError(connect.CodeDeadlineExceeded,
+				fmt.Errorf("command %s ran past the request's timeout (Connect-Timeout-Ms) and was killed: %w", cfg.Cmd, context.DeadlineExceeded))
+		})
 }
 
 // keepaliveFor is the keepalive period of a stream: defaultKeepalive, or
@@ -615,14 +783,14 @@ func signalText(name string) string {
 	return strings.ToLower(strings.TrimPrefix(name, "SIG"))
 }
 
-// List answers the commands running under a Start stream of the sandbox.
+// List answers the commands running in the sandbox.
 func (s *processService) List(ctx context.Context, req *connect.Request[procpb.ListRequest]) (*connect.Response[procpb.ListResponse], error) {
 	e := s.e
 	e.mu.Lock()
 	var out []*procpb.ProcessInfo
 	if t := e.procs[sandboxID(ctx)]; t != nil {
 		for _, p := range t.running {
-			out = append(out, p)
+			out = append(out, p.info)
 		}
 	}
 	e.mu.Unlock()
@@ -630,10 +798,56 @@ func (s *processService) List(ctx context.Context, req *connect.Request[procpb.L
 	return connect.NewResponse(&procpb.ListResponse{Processes: out}), nil
 }
 
-const noProcessTable = "forkbox runs a command only for as long as its Start stream is open, and keeps no table of processes to address by pid or tag"
-
+// Connect follows a running command (by pid or tag): start, then its
+// output from now on, then its end. The stream going away, or its own
+// deadline passing, leaves the command running.
 func (s *processService) Connect(ctx context.Context, req *connect.Request[procpb.ConnectRequest], stream *connect.ServerStream[procpb.ConnectResponse]) error {
-	return unimplemented("process.Process/Connect (reattaching to a running command) is not supported: %s", noProcessTable)
+	e := s.e
+	p, err := e.findProc(sandboxID(ctx), req.Msg.GetProcess())
+	if err != nil {
+		return e.rpcErr(ctx, err)
+	}
+	sub, err := e.subscribe(p)
+	if err != nil {
+		return e.rpcErr(ctx, err)
+	}
+	return e.follow(ctx, p, sub, e.keepaliveFor(req.Header()),
+		func(ev *procpb.ProcessEvent) error { return stream.Send(&procpb.ConnectResponse{Event: ev}) },
+		func() error {
+			return connect.NewError(connect.CodeDeadlineExceeded,
+				fmt.Errorf("the Connect stream's timeout (Connect-Timeout-Ms) expired; process %d keeps running: %w", p.pid, context.DeadlineExceeded))
+		})
+}
+
+// reachable finds a running command for an input or a signal, once the
+// agent has it registered.
+func (e *envd) reachable(ctx context.Context, sel *procpb.ProcessSelector) (*proc, error) {
+	p, err := e.findProc(sandboxID(ctx), sel)
+	if err != nil {
+		return nil, err
+	}
+	t := time.NewTimer(startWait)
+	defer t.Stop()
+	select {
+	case <-p.started:
+	case <-t.C: // the agent's own answer says what is wrong
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case <-p.done:
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("process with pid %d not found (it ended)", p.pid))
+	default:
+	}
+	return p, nil
+}
+
+// procErr maps the agent's not-found (the command ended meanwhile) to envd's.
+func (e *envd) procErr(ctx context.Context, p *proc, err error) error {
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return connect.NewError(connect.CodeNotFound, fmt.Errorf("process with pid %d not found (it ended): %w", p.pid, err))
+	}
+	return e.rpcErr(ctx, err)
 }
 
 func (s *processService) Update(ctx context.Context, req *connect.Request[procpb.UpdateRequest]) (*connect.Response[procpb.UpdateResponse], error) {
@@ -641,19 +855,80 @@ func (s *processService) Update(ctx context.Context, req *connect.Request[procpb
 }
 
 func (s *processService) StreamInput(ctx context.Context, stream *connect.ClientStream[procpb.StreamInputRequest]) (*connect.Response[procpb.StreamInputResponse], error) {
-	return nil, unimplemented("process.Process/StreamInput is not supported: %s; commands run with stdin closed", noProcessTable)
+	return nil, unimplemented("process.Process/StreamInput is not supported; use SendInput")
 }
 
+// SendInput writes to the stdin of a command started with stdin: true.
 func (s *processService) SendInput(ctx context.Context, req *connect.Request[procpb.SendInputRequest]) (*connect.Response[procpb.SendInputResponse], error) {
-	return nil, unimplemented("process.Process/SendInput is not supported: %s; commands run with stdin closed", noProcessTable)
+	e := s.e
+	var data []byte
+	switch in := req.Msg.GetInput().GetInput().(type) {
+	case *procpb.ProcessInput_Stdin:
+		data = in.Stdin
+	case *procpb.ProcessInput_Pty:
+		return nil, unimplemented("process.Process/SendInput to a pty is not supported: forkbox runs commands without a terminal")
+	default:
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("input.stdin is required"))
+	}
+	if len(data) > maxInput {
+		return nil, e.rpcErr(ctx, errdefs.TooLarge("input of %d bytes: at most %d at once", len(data), maxInput))
+	}
+	p, err := e.reachable(ctx, req.Msg.GetProcess())
+	if err != nil {
+		return nil, e.rpcErr(ctx, err)
+	}
+	if len(data) > 0 {
+		if err := e.b.ExecInput(ctx, sandboxID(ctx), p.execID, data, false); err != nil {
+			return nil, e.procErr(ctx, p, fmt.Errorf("send input to process %d: %w", p.pid, err))
+		}
+	}
+	return connect.NewResponse(&procpb.SendInputResponse{}), nil
 }
 
-func (s *processService) SendSignal(ctx context.Context, req *connect.Request[procpb.SendSignalRequest]) (*connect.Response[procpb.SendSignalResponse], error) {
-	return nil, unimplemented("process.Process/SendSignal (kill) is not supported: %s; closing the Start stream kills its command", noProcessTable)
-}
-
+// CloseStdin closes the stdin of a command started with stdin: true.
 func (s *processService) CloseStdin(ctx context.Context, req *connect.Request[procpb.CloseStdinRequest]) (*connect.Response[procpb.CloseStdinResponse], error) {
-	return nil, unimplemented("process.Process/CloseStdin is not supported: %s; commands run with stdin closed already", noProcessTable)
+	e := s.e
+	p, err := e.reachable(ctx, req.Msg.GetProcess())
+	if err != nil {
+		return nil, e.rpcErr(ctx, err)
+	}
+	if err := e.b.ExecInput(ctx, sandboxID(ctx), p.execID, nil, true); err != nil {
+		return nil, e.procErr(ctx, p, fmt.Errorf("close the stdin of process %d: %w", p.pid, err))
+	}
+	return connect.NewResponse(&procpb.CloseStdinResponse{}), nil
+}
+
+// SendSignal signals a command's process group. After SIGKILL it waits
+// (a little) for the command to end, so that it is gone from List and a
+// second kill finds nothing.
+func (s *processService) SendSignal(ctx context.Context, req *connect.Request[procpb.SendSignalRequest]) (*connect.Response[procpb.SendSignalResponse], error) {
+	e := s.e
+	var sig string
+	switch req.Msg.GetSignal() {
+	case procpb.Signal_SIGNAL_SIGKILL:
+		sig = "SIGKILL"
+	case procpb.Signal_SIGNAL_SIGTERM:
+		sig = "SIGTERM"
+	default:
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("signal %v: SIGNAL_SIGKILL or SIGNAL_SIGTERM", req.Msg.GetSignal()))
+	}
+	p, err := e.reachable(ctx, req.Msg.GetProcess())
+	if err != nil {
+		return nil, e.rpcErr(ctx, err)
+	}
+	if err := e.b.ExecSignal(ctx, sandboxID(ctx), p.execID, sig); err != nil {
+		return nil, e.procErr(ctx, p, fmt.Errorf("signal process %d: %w", p.pid, err))
+	}
+	if sig == "SIGKILL" {
+		t := time.NewTimer(killWait)
+		defer t.Stop()
+		select {
+		case <-p.done:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+	}
+	return connect.NewResponse(&procpb.SendSignalResponse{}), nil
 }
 
 // --- filesystem.Filesystem ---

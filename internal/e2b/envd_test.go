@@ -43,6 +43,107 @@ type fakeBackend struct {
 	dirs  map[string]bool
 	execs []api.ExecRequest
 	run   func(ctx context.Context, req *api.ExecRequest, opts sandbox.ExecOptions) (*api.ExecResult, error)
+	// procs are the running commands of runLong, by ExecOptions.ID.
+	procs map[string]*fakeProc
+}
+
+// fakeProc is a command of runLong while it runs.
+type fakeProc struct {
+	input  chan []byte // nil data: stdin closed
+	signal chan string
+	opts   sandbox.ExecOptions
+}
+
+// runLong is a run that behaves like "while read l; do echo got:$l; done":
+// it answers each input line on stdout, exits 0 when stdin is closed and
+// ends by a signal it is sent.
+func (f *fakeBackend) runLong(ctx context.Context, req *api.ExecRequest, opts sandbox.ExecOptions) (*api.ExecResult, error) {
+	if opts.ID == "" {
+		f.t.Error("a command run without an id")
+	}
+	p := &fakeProc{input: make(chan []byte), signal: make(chan string), opts: opts}
+	f.mu.Lock()
+	if f.procs == nil {
+		f.procs = map[string]*fakeProc{}
+	}
+	f.procs[opts.ID] = p
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		delete(f.procs, opts.ID)
+		f.mu.Unlock()
+	}()
+	opts.OnStart()
+	for {
+		select {
+		case b := <-p.input:
+			if b == nil {
+				return &api.ExecResult{}, nil
+			}
+			opts.OnStdout([]byte("got:" + string(b)))
+		case sig := <-p.signal:
+			return &api.ExecResult{ExitCode: -1, Signal: sig}, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (f *fakeBackend) proc(id string) (*fakeProc, error) {
+	if err := f.checkRef(testSandbox); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p := f.procs[id]
+	if p == nil {
+		return nil, errdefs.NotFound("no running exec %q", id)
+	}
+	return p, nil
+}
+
+func (f *fakeBackend) ExecInput(ctx context.Context, ref, id string, data []byte, closeStdin bool) error {
+	if err := f.checkRef(ref); err != nil {
+		return err
+	}
+	p, err := f.proc(id)
+	if err != nil {
+		return err
+	}
+	if !p.opts.KeepStdin {
+		return errdefs.FailedPrecondition("exec %q runs without stdin", id)
+	}
+	var sends [][]byte
+	if len(data) > 0 {
+		sends = append(sends, data)
+	}
+	if closeStdin {
+		sends = append(sends, nil)
+	}
+	for _, b := range sends {
+		select {
+		case p.input <- b:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+func (f *fakeBackend) ExecSignal(ctx context.Context, ref, id, signal string) error {
+	if err := f.checkRef(ref); err != nil {
+		return err
+	}
+	p, err := f.proc(id)
+	if err != nil {
+		return err
+	}
+	select {
+	case p.signal <- signal:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func newFakeBackend(t *testing.T) *fakeBackend {
@@ -350,7 +451,14 @@ func readFrame(r *bufio.Reader) (frame, error) {
 // returns the response with its body to read frames from.
 func startStream(t *testing.T, srv *httptest.Server, body string, hdr ...string) (*http.Response, *bufio.Reader) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, srv.URL+"/process.Process/Start", bytes.NewReader(envelope(0, []byte(body))))
+	return rpcStream(t, srv, "process.Process/Start", body, hdr...)
+}
+
+// rpcStream posts a server-streaming request (Start, Connect) as the JS SDK
+// does.
+func rpcStream(t *testing.T, srv *httptest.Server, method, body string, hdr ...string) (*http.Response, *bufio.Reader) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, srv.URL+"/"+method, bytes.NewReader(envelope(0, []byte(body))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -370,10 +478,10 @@ func startStream(t *testing.T, srv *httptest.Server, body string, hdr ...string)
 	t.Cleanup(func() { resp.Body.Close() })
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(resp.Body)
-		t.Fatalf("Start: HTTP %d: %s", resp.StatusCode, b)
+		t.Fatalf("%s: HTTP %d: %s", method, resp.StatusCode, b)
 	}
 	if ct := resp.Header.Get("Content-Type"); ct != "application/connect+json" {
-		t.Fatalf("Start: Content-Type %q, want application/connect+json", ct)
+		t.Fatalf("%s: Content-Type %q, want application/connect+json", method, ct)
 	}
 	return resp, bufio.NewReader(resp.Body)
 }
@@ -629,28 +737,14 @@ func TestStartErrors(t *testing.T) {
 func TestProcessUnimplemented(t *testing.T) {
 	srv, _ := startEnvd(t, newFakeBackend(t))
 	for method, body := range map[string]string{
-		"SendSignal": `{"process":{"pid":1234},"signal":"SIGNAL_SIGKILL"}`,
-		"SendInput":  `{"process":{"pid":1234},"input":{"stdin":"aGkK"}}`,
-		"CloseStdin": `{"process":{"pid":1234}}`,
-		"Update":     `{"process":{"pid":1234},"pty":{"size":{"cols":80,"rows":24}}}`,
+		"Update":    `{"process":{"pid":1234},"pty":{"size":{"cols":80,"rows":24}}}`,
+		"SendInput": `{"process":{"pid":1234},"input":{"pty":"aGkK"}}`,
 	} {
 		status, b := unary(t, srv, "process.Process/"+method, body)
 		code, msg := connectErrorCode(t, b)
 		if status != http.StatusNotImplemented || code != "unimplemented" || !strings.Contains(msg, method) {
 			t.Errorf("%s: HTTP %d %s", method, status, b)
 		}
-	}
-	// Connect is a stream: the error is in the end-stream frame.
-	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/process.Process/Connect", bytes.NewReader(envelope(0, []byte(`{"process":{"pid":1234}}`))))
-	req.Header.Set("Content-Type", "application/connect+json")
-	resp, err := srv.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	msgs, end := allFrames(t, bufio.NewReader(resp.Body))
-	if len(msgs) != 0 || !bytes.Contains(end, []byte(`"unimplemented"`)) {
-		t.Errorf("Connect: %q then %s", msgs, end)
 	}
 }
 
@@ -1010,6 +1104,184 @@ func TestEntryInfoModes(t *testing.T) {
 		}
 		if ok && (ent.Mode != c.wantMode || ent.Permissions != c.wantPerm || ent.ModifiedTime != nil) {
 			t.Errorf("%s %s: mode %o %q (time %v), want %o %q", c.typ, c.mode, ent.Mode, ent.Permissions, ent.ModifiedTime, c.wantMode, c.wantPerm)
+		}
+	}
+}
+
+// nextEvent reads a stream's next message, skipping keepalives.
+func nextEvent(t *testing.T, r *bufio.Reader) []byte {
+	t.Helper()
+	for {
+		f, err := readFrame(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.flags != 0 {
+			t.Fatalf("frame flags %#x: %s", f.flags, f.data)
+		}
+		if !bytes.Contains(f.data, []byte(`"keepalive"`)) {
+			return f.data
+		}
+	}
+}
+
+// endStreamCode is the error code of a stream's end-stream frame ("" for
+// none), read to the end.
+func endStreamCode(t *testing.T, r *bufio.Reader) (msgs [][]byte, code string) {
+	t.Helper()
+	msgs, end := allFrames(t, r)
+	var es struct {
+		Error struct{ Code, Message string }
+	}
+	if err := json.Unmarshal(end, &es); err != nil {
+		t.Fatal(err)
+	}
+	return msgs, es.Error.Code
+}
+
+// TestBackgroundProcess is the SDK's commands.run(cmd, {background: true,
+// stdin: true}) whose client goes away: the command keeps running, List
+// shows it, Connect follows it, SendInput reaches it, CloseStdin ends it.
+func TestBackgroundProcess(t *testing.T) {
+	fb := newFakeBackend(t)
+	fb.run = fb.runLong
+	srv, e := startEnvd(t, fb)
+	e.keepalive = 20 * time.Millisecond
+
+	resp, r := startStream(t, srv, `{"process":{"cmd":"/bin/bash","args":["-l","-c","cat"]},"tag":"bg","stdin":true}`)
+	jsonEqual(t, nextEvent(t, r), `{"event":{"start":{"pid":1000}}}`)
+	resp.Body.Close() // the client goes away
+
+	status, body := unary(t, srv, "process.Process/List", `{}`)
+	if status != http.StatusOK {
+		t.Fatalf("List: %d %s", status, body)
+	}
+	jsonEqual(t, body, `{"processes":[{"config":{"cmd":"/bin/bash","args":["-l","-c","cat"],"cwd":"/home/user"},"pid":1000,"tag":"bg"}]}`)
+
+	_, c1 := rpcStream(t, srv, "process.Process/Connect", `{"process":{"pid":1000}}`)
+	jsonEqual(t, nextEvent(t, c1), `{"event":{"start":{"pid":1000}}}`)
+	_, c2 := rpcStream(t, srv, "process.Process/Connect", `{"process":{"tag":"bg"}}`)
+	jsonEqual(t, nextEvent(t, c2), `{"event":{"start":{"pid":1000}}}`)
+
+	status, body = unary(t, srv, "process.Process/SendInput", `{"process":{"pid":1000},"input":{"stdin":"`+b64("hello\n")+`"}}`)
+	if status != http.StatusOK {
+		t.Fatalf("SendInput: %d %s", status, body)
+	}
+	jsonEqual(t, body, `{}`)
+	for _, c := range []*bufio.Reader{c1, c2} {
+		jsonEqual(t, nextEvent(t, c), `{"event":{"data":{"stdout":"`+b64("got:hello\n")+`"}}}`)
+	}
+
+	status, body = unary(t, srv, "process.Process/CloseStdin", `{"process":{"pid":1000}}`)
+	if status != http.StatusOK {
+		t.Fatalf("CloseStdin: %d %s", status, body)
+	}
+	for _, c := range []*bufio.Reader{c1, c2} {
+		msgs, code := endStreamCode(t, c)
+		if code != "" || len(msgs) == 0 {
+			t.Fatalf("Connect ended %q, code %q", msgs, code)
+		}
+		jsonEqual(t, msgs[len(msgs)-1], `{"event":{"end":{"exited":true,"status":"exit status 0"}}}`)
+	}
+
+	// Gone once it ended.
+	status, body = unary(t, srv, "process.Process/List", `{}`)
+	if status != http.StatusOK {
+		t.Fatalf("List: %d %s", status, body)
+	}
+	jsonEqual(t, body, `{}`)
+	for method, body := range map[string]string{
+		"SendSignal": `{"process":{"pid":1000},"signal":"SIGNAL_SIGKILL"}`,
+		"SendInput":  `{"process":{"pid":1000},"input":{"stdin":"aGkK"}}`,
+		"CloseStdin": `{"process":{"pid":1000}}`,
+	} {
+		status, b := unary(t, srv, "process.Process/"+method, body)
+		if code, _ := connectErrorCode(t, b); status != http.StatusNotFound || code != "not_found" {
+			t.Errorf("%s after the end: HTTP %d %s", method, status, b)
+		}
+	}
+	_, c := rpcStream(t, srv, "process.Process/Connect", `{"process":{"pid":1000}}`)
+	if msgs, code := endStreamCode(t, c); len(msgs) != 0 || code != "not_found" {
+		t.Errorf("Connect after the end: %q, code %q", msgs, code)
+	}
+}
+
+// TestBackgroundKill is commands.kill: SIGKILL ends the command (its Start
+// stream gets the end), a second kill finds nothing (the SDK's false).
+func TestBackgroundKill(t *testing.T) {
+	fb := newFakeBackend(t)
+	fb.run = fb.runLong
+	srv, _ := startEnvd(t, fb)
+
+	_, r := startStream(t, srv, `{"process":{"cmd":"/bin/bash","args":["-l","-c","sleep 100"]}}`)
+	jsonEqual(t, nextEvent(t, r), `{"event":{"start":{"pid":1000}}}`)
+
+	// Started without stdin: no input.
+	status, body := unary(t, srv, "process.Process/SendInput", `{"process":{"pid":1000},"input":{"stdin":"aGkK"}}`)
+	if code, _ := connectErrorCode(t, body); status != http.StatusBadRequest || code != "failed_precondition" {
+		t.Errorf("SendInput without stdin: HTTP %d %s", status, body)
+	}
+	status, body = unary(t, srv, "process.Process/SendSignal", `{"process":{"pid":1000},"signal":"SIGNAL_UNSPECIFIED"}`)
+	if code, _ := connectErrorCode(t, body); status != http.StatusBadRequest || code != "invalid_argument" {
+		t.Errorf("SendSignal without a signal: HTTP %d %s", status, body)
+	}
+
+	status, body = unary(t, srv, "process.Process/SendSignal", `{"process":{"pid":1000},"signal":"SIGNAL_SIGKILL"}`)
+	if status != http.StatusOK {
+		t.Fatalf("SendSignal: %d %s", status, body)
+	}
+	msgs, code := endStreamCode(t, r)
+	if code != "" || len(msgs) == 0 {
+		t.Fatalf("Start ended %q, code %q", msgs, code)
+	}
+	jsonEqual(t, msgs[len(msgs)-1], `{"event":{"end":{"exitCode":-1,"status":"signal: killed","error":"signal: killed"}}}`)
+
+	// The kill waited for the end: a second one finds nothing.
+	status, body = unary(t, srv, "process.Process/SendSignal", `{"process":{"pid":1000},"signal":"SIGNAL_SIGKILL"}`)
+	if code, _ := connectErrorCode(t, body); status != http.StatusNotFound || code != "not_found" {
+		t.Errorf("second kill: HTTP %d %s", status, body)
+	}
+	status, body = unary(t, srv, "process.Process/List", `{}`)
+	if status != http.StatusOK {
+		t.Fatalf("List: %d %s", status, body)
+	}
+	jsonEqual(t, body, `{}`)
+
+	// Unknown pids and tags.
+	for method, body := range map[string]string{
+		"SendSignal": `{"process":{"pid":4242},"signal":"SIGNAL_SIGTERM"}`,
+		"SendInput":  `{"process":{"tag":"nope"},"input":{"stdin":"aGkK"}}`,
+		"CloseStdin": `{"process":{"pid":4242}}`,
+	} {
+		status, b := unary(t, srv, "process.Process/"+method, body)
+		if code, _ := connectErrorCode(t, b); status != http.StatusNotFound || code != "not_found" {
+			t.Errorf("%s of an unknown process: HTTP %d %s", method, status, b)
+		}
+	}
+	_, c := rpcStream(t, srv, "process.Process/Connect", `{"process":{"tag":"nope"}}`)
+	if msgs, code := endStreamCode(t, c); len(msgs) != 0 || code != "not_found" {
+		t.Errorf("Connect to an unknown tag: %q, code %q", msgs, code)
+	}
+}
+
+// TestProcessLimit checks that a sandbox runs at most maxProcs commands.
+func TestProcessLimit(t *testing.T) {
+	fb := newFakeBackend(t)
+	fb.run = fb.runLong
+	srv, _ := startEnvd(t, fb)
+	for i := 0; i < maxProcs; i++ {
+		resp, r := startStream(t, srv, `{"process":{"cmd":"sleep"}}`)
+		nextEvent(t, r)
+		resp.Body.Close()
+	}
+	_, r := startStream(t, srv, `{"process":{"cmd":"sleep"}}`)
+	if msgs, code := endStreamCode(t, r); len(msgs) != 0 || code != "resource_exhausted" {
+		t.Errorf("one process too many: %q, code %q", msgs, code)
+	}
+	for pid := firstPID; pid < firstPID+maxProcs; pid++ {
+		status, body := unary(t, srv, "process.Process/SendSignal", fmt.Sprintf(`{"process":{"pid":%d},"signal":"SIGNAL_SIGKILL"}`, pid))
+		if status != http.StatusOK {
+			t.Fatalf("SendSignal %d: %d %s", pid, status, body)
 		}
 	}
 }

@@ -132,6 +132,34 @@ await step('contexts', async () => {
   return ctx.id;
 });
 
+await step('background commands', async () => {
+  // stdin kept open: the command reads what sendStdin sends.
+  const h = await sbx.commands.run('read line; echo got:$line', { background: true, stdin: true });
+  await sbx.commands.sendStdin(h.pid, 'hello\n');
+  const r = await h.wait();
+  check(r.stdout.includes('got:hello'), `got:hello, got ${JSON.stringify(r.stdout)}`);
+  // A command that outlives its call: listed, followed again, killed.
+  const s = await sbx.commands.run('sleep 100', { background: true });
+  const listed = await sbx.commands.list();
+  check(listed.some((p) => p.pid === s.pid), `pid ${s.pid} listed: ${JSON.stringify(listed.map((p) => p.pid))}`);
+  const c = await sbx.commands.connect(s.pid);
+  check(c.pid === s.pid, `connect to pid ${s.pid}, got ${c.pid}`);
+  check((await sbx.commands.kill(s.pid)) === true, 'kill answers true');
+  let ended = '';
+  try {
+    await c.wait();
+    ended = 'exit 0';
+  } catch (err) {
+    if (!(err instanceof CommandExitError)) throw err;
+    ended = err.error || `exit ${err.exitCode}`;
+  }
+  await s.wait().catch(() => {});
+  check((await sbx.commands.kill(s.pid)) === false, 'a second kill answers false');
+  const after = await sbx.commands.list();
+  check(!after.some((p) => p.pid === s.pid), 'gone from the list');
+  return `${h.pid} ${s.pid} ${ended}`;
+});
+
 await step('pause and connect', async () => {
   await sbx.pause();
   const info = await BaseSandbox.getInfo(sbx.sandboxId);
