@@ -59,17 +59,7 @@ func TestE2BSDK(t *testing.T) {
 		Secret string `json:"secret"`
 	}
 	adminCall(t, d, admin, "POST", "/v1/keys", map[string]string{"tenant": "e2bflow"}, http.StatusCreated, &key)
-	t.Cleanup(func() {
-		as := map[string]string{"Authorization": "Bearer " + admin, "X-Forkbox-Tenant": "e2bflow"}
-		var list struct {
-			Sandboxes []struct{ ID string } `json:"sandboxes"`
-		}
-		if _, _, body := rawRequest(t, d, "GET", "/v1/sandboxes", nil, as); json.Unmarshal([]byte(body), &list) == nil {
-			for _, s := range list.Sandboxes {
-				rawRequest(t, d, "DELETE", "/v1/sandboxes/"+s.ID, nil, as)
-			}
-		}
-	})
+	t.Cleanup(func() { deleteTenantSandboxes(t, d, admin, "e2bflow") })
 	node, err := exec.LookPath("node")
 	if err != nil {
 		t.Fatal(err)
@@ -135,18 +125,7 @@ func TestE2BWire(t *testing.T) {
 		}
 		adminCall(t, d, admin, "POST", "/v1/keys", map[string]string{"tenant": tn}, http.StatusCreated, &k)
 		keys[tn] = k.Secret
-		tn := tn
-		t.Cleanup(func() {
-			as := map[string]string{"Authorization": "Bearer " + admin, "X-Forkbox-Tenant": tn}
-			var list struct {
-				Sandboxes []struct{ ID string } `json:"sandboxes"`
-			}
-			if _, _, body := rawRequest(t, d, "GET", "/v1/sandboxes", nil, as); json.Unmarshal([]byte(body), &list) == nil {
-				for _, s := range list.Sandboxes {
-					rawRequest(t, d, "DELETE", "/v1/sandboxes/"+s.ID, nil, as)
-				}
-			}
-		})
+		t.Cleanup(func() { deleteTenantSandboxes(t, d, admin, tn) })
 	}
 	a := map[string]string{"X-API-KEY": keys["pya"]}
 	// Python's create: v1 path, every field sent, 201 only.

@@ -62,19 +62,7 @@ func TestTenants(t *testing.T) {
 	globexKey := mkKey(api.CreateKeyRequest{Tenant: "globex", Quotas: &api.Quotas{RunningSandboxes: i64(1)}})
 	acme := client.New(url, client.WithAPIKey(acmeKey.Secret))
 	globex := client.New(url, client.WithAPIKey(globexKey.Secret))
-	// The admin acts within each tenant to clean up (the daemon's own
-	// cleanup sees the default tenant only).
-	t.Cleanup(func() {
-		for _, tn := range []string{"acme", "globex"} {
-			as := map[string]string{"Authorization": "Bearer " + admin, "X-Forkbox-Tenant": tn}
-			acmeList := api.SandboxList{}
-			if _, _, body := rawRequest(t, d, "GET", "/v1/sandboxes", nil, as); json.Unmarshal([]byte(body), &acmeList) == nil {
-				for _, s := range acmeList.Sandboxes {
-					rawRequest(t, d, "DELETE", "/v1/sandboxes/"+s.ID, nil, as)
-				}
-			}
-		}
-	})
+	t.Cleanup(func() { deleteTenantSandboxes(t, d, admin, "acme", "globex") })
 	var keys api.KeyList
 	adminCall(t, d, admin, "GET", "/v1/keys", nil, 200, &keys)
 	for _, k := range keys.Keys {
@@ -340,4 +328,19 @@ func TestTenants(t *testing.T) {
 		t.Fatalf("tenants: %+v", tenants)
 	}
 	acme.DeletePool(context.Background(), "warm")
+}
+
+// deleteTenantSandboxes deletes the tenants' sandboxes, the admin acting
+// within each (the daemon's own cleanup, deleteAll, sees the default
+// tenant only).
+func deleteTenantSandboxes(t *testing.T, d *daemon, admin string, tenants ...string) {
+	for _, tn := range tenants {
+		as := map[string]string{"Authorization": "Bearer " + admin, "X-Forkbox-Tenant": tn}
+		var list api.SandboxList
+		if _, _, body := rawRequest(t, d, "GET", "/v1/sandboxes", nil, as); json.Unmarshal([]byte(body), &list) == nil {
+			for _, s := range list.Sandboxes {
+				rawRequest(t, d, "DELETE", "/v1/sandboxes/"+s.ID, nil, as)
+			}
+		}
+	}
 }
