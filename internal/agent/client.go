@@ -304,6 +304,15 @@ func (c *Client) ExecSignal(ctx context.Context, id, signal string) error {
 	return c.postJSON(ctx, "/exec/signal", ExecSignalRequest{ID: id, Signal: signal})
 }
 
+// ExecResize sets the terminal size of the running exec id, started with
+// a PTY.
+func (c *Client) ExecResize(ctx context.Context, id string, size PTYSize) error {
+	if err := size.Check(); err != nil {
+		return err
+	}
+	return c.postJSON(ctx, "/exec/resize", ExecResizeRequest{ID: id, PTYSize: size})
+}
+
 // postJSON posts req as JSON to path and discards the answer.
 func (c *Client) postJSON(ctx context.Context, path string, req any) error {
 	b, err := json.Marshal(req)
@@ -317,4 +326,18 @@ func (c *Client) postJSON(ctx context.Context, path string, req any) error {
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	resp.Body.Close()
 	return nil
+}
+
+// Watch streams the changes in directory path (and below it when
+// recursive) to onEvent until ctx ends; it returns once the agent has
+// confirmed the watch (onEvent's first event is Started) or failed.
+func (c *Client) Watch(ctx context.Context, path string, recursive bool, onEvent func(WatchEvent)) error {
+	err := postStream(ctx, c, "/watch", &WatchRequest{Path: path, Recursive: recursive}, "watch", func(ev *WatchEvent) (bool, error) {
+		onEvent(*ev)
+		return false, nil
+	})
+	if ctx.Err() != nil {
+		return nil // the caller ended it
+	}
+	return err
 }

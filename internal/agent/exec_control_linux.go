@@ -20,7 +20,8 @@ import (
 
 // Execs that carry an ID (ExecRequest.ID) can be reached while they run:
 // their stdin written and closed (POST /exec/input), their process group
-// signalled (POST /exec/signal). Only the daemon reaches the agent, but
+// signalled (POST /exec/signal), their terminal resized (POST /exec/resize,
+// with a PTY). Only the daemon reaches the agent, but
 // every input is checked all the same.
 
 const (
@@ -47,7 +48,8 @@ type execEntry struct {
 	exited bool
 
 	wmu    sync.Mutex // serializes writes to stdin
-	stdin  *os.File   // nil without KeepStdin
+	stdin  *os.File   // nil without KeepStdin; with a PTY, a dup of its master
+	pty    *os.File   // the PTY's master, or nil; open while the exec is not exited
 	closed atomic.Bool
 	once   sync.Once
 }
@@ -91,14 +93,15 @@ func (t *execTable) reserve(id string) (*execEntry, error) {
 
 // started records the pid of a started exec and, with KeepStdin, its
 // stdin, locked for writing until the caller has written ExecRequest.Stdin
-// (and unlocks e.wmu).
-func (t *execTable) started(e *execEntry, pid int, stdin *os.File) {
+// (and unlocks e.wmu), and with a PTY its master.
+func (t *execTable) started(e *execEntry, pid int, stdin, pty *os.File) {
 	if stdin != nil {
 		e.wmu.Lock()
 	}
 	t.mu.Lock()
 	e.pid = pid
 	e.stdin = stdin
+	e.pty = pty
 	t.mu.Unlock()
 }
 

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/forkbox/forkbox/api"
+	"github.com/forkbox/forkbox/internal/errdefs"
 )
 
 // Paths inside a sandbox.
@@ -67,6 +68,37 @@ type ExecRequest struct {
 	// KeepStdin keeps the command's stdin open after Stdin is written,
 	// for POST /exec/input; it needs an ID.
 	KeepStdin bool `json:"keep_stdin,omitempty"`
+	// PTY, when set, runs the command on a new pseudo-terminal of this
+	// size, its controlling terminal and its stdin, stdout and stderr:
+	// output streams as "pty" events, input (POST /exec/input) goes to the
+	// terminal, POST /exec/resize changes its size. It needs an ID and
+	// implies KeepStdin.
+	PTY *PTYSize `json:"pty,omitempty"`
+}
+
+// PTYSize is a terminal's size in characters.
+type PTYSize struct {
+	Cols uint16 `json:"cols"`
+	Rows uint16 `json:"rows"`
+}
+
+// MaxPTYSize bounds a terminal's columns and rows.
+const MaxPTYSize = 1000
+
+// Check says what is wrong with a terminal size, if anything: both
+// columns and rows are 1 to MaxPTYSize.
+func (p PTYSize) Check() error {
+	if p.Cols < 1 || p.Cols > MaxPTYSize || p.Rows < 1 || p.Rows > MaxPTYSize {
+		return errdefs.InvalidArgument("pty size %dx%d: columns and rows are 1 to %d", p.Cols, p.Rows, MaxPTYSize)
+	}
+	return nil
+}
+
+// ExecResizeRequest sets the terminal size of a running exec started with
+// a PTY.
+type ExecResizeRequest struct {
+	ID string `json:"id"`
+	PTYSize
 }
 
 // ExecInputRequest writes to a running exec's stdin and/or closes it.
@@ -88,7 +120,7 @@ const MaxExecInput = 1 << 20
 // ExecEvent is one line of the agent's NDJSON exec stream: output, or the
 // final exit status.
 type ExecEvent struct {
-	Stream string      `json:"stream,omitempty"` // "stdout" or "stderr"
+	Stream string      `json:"stream,omitempty"` // "stdout", "stderr", or "pty" (an exec with a PTY)
 	Data   []byte      `json:"data,omitempty"`
 	Exit   *ExitStatus `json:"exit,omitempty"`
 	// Started is sent once the command has started (and, with an ID, is
@@ -185,4 +217,21 @@ func MergeEnv(a, b []string) []string {
 		}
 	}
 	return out
+}
+
+// WatchRequest is the body of POST /watch: the directory to watch, and
+// whether its subdirectories too.
+type WatchRequest struct {
+	Path      string `json:"path"`
+	Recursive bool   `json:"recursive,omitempty"`
+}
+
+// WatchEvent is one line of a watch's answer: Started first, then changes
+// (Name relative to the watched directory; Op one of create, write,
+// remove, rename, chmod), and Keepalive when nothing happened for a while.
+type WatchEvent struct {
+	Started   bool   `json:"started,omitempty"`
+	Keepalive bool   `json:"keepalive,omitempty"`
+	Name      string `json:"name,omitempty"`
+	Op        string `json:"op,omitempty"`
 }

@@ -152,10 +152,12 @@ func (s *server) routes() http.Handler {
 	mux.HandleFunc("POST /exec", s.handleExec)
 	mux.HandleFunc("POST /exec/input", s.handleExecInput)
 	mux.HandleFunc("POST /exec/signal", s.handleExecSignal)
+	mux.HandleFunc("POST /exec/resize", s.handleExecResize)
 	mux.HandleFunc("GET /files", s.handleRead)
 	mux.HandleFunc("PUT /files", s.handleWrite)
 	mux.HandleFunc("DELETE /files", s.handleRemove)
 	mux.HandleFunc("GET /files/list", s.handleList)
+	mux.HandleFunc("POST /watch", s.handleWatch)
 	mux.HandleFunc("POST /code", s.handleCode)
 	mux.HandleFunc("POST /contexts", s.handleCreateContext)
 	mux.HandleFunc("GET /contexts", s.handleListContexts)
@@ -236,6 +238,17 @@ func (s *server) handleExec(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errdefs.InvalidArgument("keep_stdin needs an exec id"))
 		return
 	}
+	if req.PTY != nil {
+		if req.ID == "" {
+			writeError(w, errdefs.InvalidArgument("an exec with a pty needs an exec id"))
+			return
+		}
+		if err := req.PTY.Check(); err != nil {
+			writeError(w, err)
+			return
+		}
+		req.KeepStdin = true
+	}
 	var entry *execEntry
 	if req.ID != "" {
 		var err error
@@ -278,27 +291,52 @@ func (s *server) runCommand(r *http.Request, req *ExecRequest, entry *execEntry,
 		send(ExecEvent{Stream: "stderr", Data: []byte(msg + "\n")})
 		return &ExitStatus{Code: code, Error: msg, DurationMS: time.Since(start).Milliseconds()}
 	}
-	stdinR, stdinW, err := os.Pipe()
-	if err != nil {
-		return fail(126, err.Error())
+	// The command's ends (closed here once it started) and the agent's:
+	// pipes, or with a PTY its slave and, for the agent, its master (the
+	// output) and a dup of it (the input, closable on its own).
+	var stdinR, stdinW, outR, outW, errR, errW, ptyS *os.File
+	closeAll := func(fs ...*os.File) {
+		for _, f := range fs {
+			if f != nil {
+				f.Close()
+			}
+		}
 	}
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		return fail(126, err.Error())
+	sys := &syscall.SysProcAttr{Setsid: true, Credential: s.credential(req.Root)}
+	var files []*os.File
+	if req.PTY != nil {
+		var perr error
+		err := s.asCaller(req.Root, func() error {
+			outR, stdinW, ptyS, perr = openPTY(*req.PTY)
+			return nil
+		})
+		if err == nil {
+			err = perr
+		}
+		if err != nil {
+			return fail(126, err.Error())
+		}
+		files = []*os.File{ptyS, ptyS, ptyS}
+		// A new session (Setsid) whose controlling terminal is the
+		// slave, the child's fd 0.
+		sys.Setctty = true
+		sys.Ctty = 0
+	} else {
+		var err error
+		if stdinR, stdinW, err = os.Pipe(); err != nil {
+			return fail(126, err.Error())
+		}
+		if outR, outW, err = os.Pipe(); err != nil {
+			closeAll(stdinR, stdinW)
+			return fail(126, err.Error())
+		}
+		if errR, errW, err = os.Pipe(); err != nil {
+			closeAll(stdinR, stdinW, outR, outW)
+			return fail(126, err.Error())
+		}
+		files = []*os.File{stdinR, outW, errW}
 	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		return fail(126, err.Error())
-	}
-	attr := &os.ProcAttr{
-		Dir:   cwd,
-		Env:   env,
-		Files: []*os.File{stdinR, outW, errW},
-		Sys: &syscall.SysProcAttr{
-			Setsid:     true,
-			Credential: s.credential(req.Root),
-		},
-	}
+	attr := &os.ProcAttr{Dir: cwd, Env: env, Files: files, Sys: sys}
 	// Finding the command, checking the working directory, starting the
 	// process and resetting its OOM score all happen with the identity it
 	// runs as: the agent finds out nothing about the filesystem on the
@@ -306,7 +344,7 @@ func (s *server) runCommand(r *http.Request, req *ExecRequest, entry *execEntry,
 	var pid int
 	var done <-chan unix.WaitStatus
 	var failed *ExitStatus
-	err = s.asCaller(req.Root, func() error {
+	err := s.asCaller(req.Root, func() error {
 		path, err := lookPath(req.Cmd, env)
 		if err != nil {
 			failed = fail(127, err.Error())
@@ -333,24 +371,23 @@ func (s *server) runCommand(r *http.Request, req *ExecRequest, entry *execEntry,
 		setOOMScoreAdj(pid, s.log)
 		return nil
 	})
-	stdinR.Close()
-	outW.Close()
-	errW.Close()
+	closeAll(stdinR, outW, errW, ptyS)
 	if err != nil && failed == nil {
 		failed = fail(126, err.Error())
 	}
 	if failed != nil {
-		stdinW.Close()
-		outR.Close()
-		errR.Close()
+		closeAll(stdinW, outR, errR)
 		return failed
 	}
 	if entry != nil {
-		var keep *os.File
+		var keep, pty *os.File
 		if req.KeepStdin {
 			keep = stdinW
 		}
-		s.execs.started(entry, pid, keep)
+		if req.PTY != nil {
+			pty = outR
+		}
+		s.execs.started(entry, pid, keep, pty)
 	}
 	// Whoever waits for the command to be reachable (an input right after
 	// the start) may go on now.
@@ -379,9 +416,16 @@ func (s *server) runCommand(r *http.Request, req *ExecRequest, entry *execEntry,
 			}
 		}
 	}
-	wg.Add(2)
-	go pump("stdout", outR)
-	go pump("stderr", errR)
+	if req.PTY != nil {
+		// A terminal's one output; a read fails (EIO) once every
+		// holder of the slave closed it.
+		wg.Add(1)
+		go pump("pty", outR)
+	} else {
+		wg.Add(2)
+		go pump("stdout", outR)
+		go pump("stderr", errR)
+	}
 
 	var timeout <-chan time.Time
 	if req.TimeoutMS > 0 {
@@ -416,12 +460,16 @@ func (s *server) runCommand(r *http.Request, req *ExecRequest, entry *execEntry,
 	select {
 	case <-drained:
 	case <-time.After(200 * time.Millisecond):
-		outR.SetReadDeadline(time.Now())
-		errR.SetReadDeadline(time.Now())
+		for _, f := range []*os.File{outR, errR} {
+			if f != nil {
+				f.SetReadDeadline(time.Now())
+			}
+		}
 		<-drained
 	}
-	outR.Close()
-	errR.Close()
+	// With a PTY, outR is its master: closed only after the exec is
+	// marked exited (execTable.resize relies on it).
+	closeAll(outR, errR)
 	st.DurationMS = time.Since(start).Milliseconds()
 	switch {
 	case ws.Exited():

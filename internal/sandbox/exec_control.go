@@ -10,7 +10,8 @@ import (
 )
 
 // Running commands started with an ExecOptions.ID are reached by it: their
-// stdin written and closed, their process group signalled.
+// stdin written and closed, their process group signalled, their terminal
+// resized (ExecOptions.PTY).
 
 var execIDRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
@@ -55,6 +56,28 @@ func (m *Manager) ExecSignal(ctx context.Context, ref, id, signal string) error 
 	defer release()
 	if err := l.agent.ExecSignal(ctx, id, signal); err != nil {
 		return fmt.Errorf("signal command %s: %w", id, m.agentErr(l, err))
+	}
+	return nil
+}
+
+// ExecResize sets the terminal size (1 to 1000 columns and rows) of the
+// running command id of a sandbox, started with ExecOptions.PTY. An
+// unknown id (or one that ended) is not found.
+func (m *Manager) ExecResize(ctx context.Context, ref, id string, size PTYSize) error {
+	if !execIDRE.MatchString(id) {
+		return errdefs.InvalidArgument("exec id %q: want 1 to 64 of A-Z a-z 0-9 _ -", id)
+	}
+	sz := agent.PTYSize{Cols: size.Cols, Rows: size.Rows}
+	if err := sz.Check(); err != nil {
+		return err
+	}
+	l, release, err := m.acquire(ctx, ref)
+	if err != nil {
+		return err
+	}
+	defer release()
+	if err := l.agent.ExecResize(ctx, id, sz); err != nil {
+		return fmt.Errorf("resize the terminal of command %s: %w", id, m.agentErr(l, err))
 	}
 	return nil
 }

@@ -871,6 +871,18 @@ type ExecOptions struct {
 	// KeepStdin keeps the command's stdin open after req.Stdin for
 	// ExecInput; it needs an ID.
 	KeepStdin bool
+	// PTY, when set, runs the command on a new pseudo-terminal of this
+	// size (its stdin, stdout, stderr and controlling terminal): its
+	// output goes to OnPTY (or, without it, to the result's stdout),
+	// ExecInput writes to the terminal, ExecResize resizes it. It needs
+	// an ID and implies KeepStdin.
+	PTY   *PTYSize
+	OnPTY func([]byte)
+}
+
+// PTYSize is a terminal's size in characters: 1 to 1000 columns and rows.
+type PTYSize struct {
+	Cols, Rows uint16
 }
 
 // Exec runs a command in a sandbox.
@@ -885,6 +897,17 @@ func (m *Manager) Exec(ctx context.Context, ref string, req *api.ExecRequest, op
 	}
 	if opts.KeepStdin && opts.ID == "" {
 		return nil, errdefs.InvalidArgument("keeping stdin open needs an exec id")
+	}
+	if opts.PTY != nil {
+		if opts.ID == "" {
+			return nil, errdefs.InvalidArgument("a command on a pty needs an exec id")
+		}
+		sz := agent.PTYSize{Cols: opts.PTY.Cols, Rows: opts.PTY.Rows}
+		if err := sz.Check(); err != nil {
+			return nil, err
+		}
+		areq.PTY = &sz
+		areq.KeepStdin = true
 	}
 	if req.TimeoutSecs != nil {
 		if *req.TimeoutSecs < 0.001 || *req.TimeoutSecs > 86400 {
@@ -929,6 +952,12 @@ func (m *Manager) Exec(ctx context.Context, ref string, req *api.ExecRequest, op
 				opts.OnStderr(ev.Data)
 			} else {
 				errb.write(ev.Data)
+			}
+		case "pty":
+			if opts.OnPTY != nil {
+				opts.OnPTY(ev.Data)
+			} else {
+				out.write(ev.Data)
 			}
 		}
 	})
