@@ -9,9 +9,10 @@ package e2b
 //
 // Commands run as under E2B's envd: detached from their Start stream (a
 // table of them per sandbox serves List, Connect, SendInput, CloseStdin and
-// SendSignal). What forkbox cannot do (yet) is answered with connect's
-// unimplemented and a message that says so: PTYs (and so Update),
-// StreamInput and directory watches.
+// SendSignal), on a pseudo-terminal when Start asks for a pty (Update
+// resizes it). What forkbox cannot do (yet) is answered with connect's
+// unimplemented and a message that says so: StreamInput and directory
+// watches.
 
 import (
 	"compress/gzip"
@@ -59,6 +60,9 @@ type Backend interface {
 	// ExecOptions.ID.
 	ExecInput(ctx context.Context, ref, id string, data []byte, closeStdin bool) error
 	ExecSignal(ctx context.Context, ref, id, signal string) error
+	// ExecResize resizes the terminal of a command Exec runs with
+	// ExecOptions.PTY.
+	ExecResize(ctx context.Context, ref, id string, size sandbox.PTYSize) error
 }
 
 var _ Backend = (*sandbox.Manager)(nil)
@@ -89,6 +93,8 @@ type envd struct {
 
 	mu    sync.Mutex
 	procs map[string]*procTable // by sandbox id
+	// watchers are the polled directory watches (watch.go).
+	watchers watcherTable
 }
 
 // newEnvd returns the handler of E2B's envd (port 49983) for the sandbox
@@ -452,6 +458,7 @@ type proc struct {
 	info   *procpb.ProcessInfo
 	execID string // the command's id at the agent (ExecOptions.ID)
 	cmd    string
+	pty    bool // it runs on a pseudo-terminal (Start with pty)
 
 	startOnce sync.Once
 	started   chan struct{} // closed once the agent reports the start, or the command ended
@@ -500,6 +507,8 @@ const (
 	killWait = 5 * time.Second
 	// maxInput bounds one SendInput.
 	maxInput = 1 << 20
+	// maxPTYSize bounds a terminal's columns and rows.
+	maxPTYSize = 1000
 )
 
 // newProc registers a command of sandbox id under a new pid, with sub as
@@ -608,7 +617,7 @@ func (e *envd) publish(p *proc, ev *procpb.ProcessEvent) {
 
 // runProc runs p until it ends, then removes it from the table; subscribers
 // then send its end.
-func (e *envd) runProc(ctx context.Context, cancel context.CancelFunc, id string, p *proc, req *api.ExecRequest, keepStdin bool) {
+func (e *envd) runProc(ctx context.Context, cancel context.CancelFunc, id string, p *proc, req *api.ExecRequest, keepStdin bool, pty *sandbox.PTYSize) {
 	defer cancel()
 	output := func(stderr bool) func([]byte) {
 		return func(b []byte) {
@@ -623,9 +632,17 @@ func (e *envd) runProc(ctx context.Context, cancel context.CancelFunc, id string
 			e.publish(p, &procpb.ProcessEvent{Event: &procpb.ProcessEvent_Data{Data: d}})
 		}
 	}
+	onPTY := func(b []byte) {
+		if len(b) == 0 {
+			return
+		}
+		p.markStarted()
+		d := &procpb.ProcessEvent_DataEvent{Output: &procpb.ProcessEvent_DataEvent_Pty{Pty: b}}
+		e.publish(p, &procpb.ProcessEvent{Event: &procpb.ProcessEvent_Data{Data: d}})
+	}
 	res, err := e.b.Exec(ctx, id, req, sandbox.ExecOptions{
-		OnStdout: output(false), OnStderr: output(true), OnStart: p.markStarted,
-		ID: p.execID, KeepStdin: keepStdin,
+		OnStdout: output(false), OnStderr: output(true), OnPTY: onPTY, OnStart: p.markStarted,
+		ID: p.execID, KeepStdin: keepStdin, PTY: pty,
 	})
 	p.markStarted()
 	e.mu.Lock()
@@ -697,8 +714,16 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[procpb.
 	e := s.e
 	id := sandboxID(ctx)
 	msg := req.Msg
+	var pty *sandbox.PTYSize
 	if msg.Pty != nil {
-		return unimplemented("process.Process/Start with a pty: forkbox runs commands without a terminal (pipes only); start the process without pty")
+		// A pseudo-terminal (E2B's pty.create): its output comes as
+		// DataEvent.pty, SendInput's input.pty goes to it, Update
+		// resizes it; its stdin is open whatever msg.stdin says.
+		sz, err := ptySize(msg.Pty)
+		if err != nil {
+			return e.rpcErr(ctx, err)
+		}
+		pty = sz
 	}
 	cfg := msg.GetProcess()
 	if cfg.GetCmd() == "" {
@@ -723,6 +748,7 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[procpb.
 	if err != nil {
 		return e.rpcErr(ctx, err)
 	}
+	p.pty = pty != nil
 	// The command's context keeps the request's values (the tenant it
 	// runs for) and deadline, not its cancellation.
 	execCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -730,7 +756,7 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[procpb.
 		cancel()
 		execCtx, cancel = context.WithDeadline(context.WithoutCancel(ctx), dl)
 	}
-	go e.runProc(execCtx, cancel, id, p, ereq, msg.GetStdin())
+	go e.runProc(execCtx, cancel, id, p, ereq, msg.GetStdin() || pty != nil, pty)
 	return e.follow(ctx, p, sub, e.keepaliveFor(req.Header()),
 		func(ev *procpb.ProcessEvent) error { return stream.Send(&procpb.StartResponse{Event: ev}) },
 		func() error {
@@ -850,25 +876,61 @@ func (e *envd) procErr(ctx context.Context, p *proc, err error) error {
 	return e.rpcErr(ctx, err)
 }
 
+// ptySize checks a terminal size of Start or Update: 1 to 1000 columns
+// and rows.
+func ptySize(pty *procpb.PTY) (*sandbox.PTYSize, error) {
+	sz := pty.GetSize()
+	if sz == nil {
+		return nil, errdefs.InvalidArgument("pty.size is required")
+	}
+	if sz.Cols < 1 || sz.Cols > maxPTYSize || sz.Rows < 1 || sz.Rows > maxPTYSize {
+		return nil, errdefs.InvalidArgument("pty size %dx%d: columns and rows are 1 to %d", sz.Cols, sz.Rows, maxPTYSize)
+	}
+	return &sandbox.PTYSize{Cols: uint16(sz.Cols), Rows: uint16(sz.Rows)}, nil
+}
+
+// Update resizes the terminal of a command started with a pty (E2B's
+// pty.resize).
 func (s *processService) Update(ctx context.Context, req *connect.Request[procpb.UpdateRequest]) (*connect.Response[procpb.UpdateResponse], error) {
-	return nil, unimplemented("process.Process/Update (resizing a pty) is not supported: forkbox runs commands without a terminal")
+	e := s.e
+	if req.Msg.Pty == nil {
+		// Nothing else of a process can be updated.
+		return connect.NewResponse(&procpb.UpdateResponse{}), nil
+	}
+	sz, err := ptySize(req.Msg.Pty)
+	if err != nil {
+		return nil, e.rpcErr(ctx, err)
+	}
+	p, err := e.reachable(ctx, req.Msg.GetProcess())
+	if err != nil {
+		return nil, e.rpcErr(ctx, err)
+	}
+	if !p.pty {
+		return nil, e.rpcErr(ctx, errdefs.FailedPrecondition("process %d runs without a pty; only a pty can be resized", p.pid))
+	}
+	if err := e.b.ExecResize(ctx, sandboxID(ctx), p.execID, *sz); err != nil {
+		return nil, e.procErr(ctx, p, fmt.Errorf("resize the pty of process %d: %w", p.pid, err))
+	}
+	return connect.NewResponse(&procpb.UpdateResponse{}), nil
 }
 
 func (s *processService) StreamInput(ctx context.Context, stream *connect.ClientStream[procpb.StreamInputRequest]) (*connect.Response[procpb.StreamInputResponse], error) {
 	return nil, unimplemented("process.Process/StreamInput is not supported; use SendInput")
 }
 
-// SendInput writes to the stdin of a command started with stdin: true.
+// SendInput writes to the stdin of a command started with stdin: true
+// (input.stdin), or to the terminal of one started with a pty (input.pty).
 func (s *processService) SendInput(ctx context.Context, req *connect.Request[procpb.SendInputRequest]) (*connect.Response[procpb.SendInputResponse], error) {
 	e := s.e
 	var data []byte
+	toPTY := false
 	switch in := req.Msg.GetInput().GetInput().(type) {
 	case *procpb.ProcessInput_Stdin:
 		data = in.Stdin
 	case *procpb.ProcessInput_Pty:
-		return nil, unimplemented("process.Process/SendInput to a pty is not supported: forkbox runs commands without a terminal")
+		data, toPTY = in.Pty, true
 	default:
-		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("input.stdin is required"))
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("input.stdin or input.pty is required"))
 	}
 	if len(data) > maxInput {
 		return nil, e.rpcErr(ctx, errdefs.TooLarge("input of %d bytes: at most %d at once", len(data), maxInput))
@@ -876,6 +938,9 @@ func (s *processService) SendInput(ctx context.Context, req *connect.Request[pro
 	p, err := e.reachable(ctx, req.Msg.GetProcess())
 	if err != nil {
 		return nil, e.rpcErr(ctx, err)
+	}
+	if toPTY && !p.pty {
+		return nil, e.rpcErr(ctx, errdefs.FailedPrecondition("process %d runs without a pty; send its input as stdin", p.pid))
 	}
 	if len(data) > 0 {
 		if err := e.b.ExecInput(ctx, sandboxID(ctx), p.execID, data, false); err != nil {
@@ -1191,20 +1256,18 @@ func (s *filesystemService) Remove(ctx context.Context, req *connect.Request[fsp
 	return connect.NewResponse(&fspb.RemoveResponse{}), nil
 }
 
-const noWatch = "forkbox does not watch directories; poll with ListDir or Stat"
-
 func (s *filesystemService) WatchDir(ctx context.Context, req *connect.Request[fspb.WatchDirRequest], stream *connect.ServerStream[fspb.WatchDirResponse]) error {
-	return unimplemented("filesystem.Filesystem/WatchDir is not supported: %s", noWatch)
+	return s.e.watchDir(ctx, req, stream)
 }
 
 func (s *filesystemService) CreateWatcher(ctx context.Context, req *connect.Request[fspb.CreateWatcherRequest]) (*connect.Response[fspb.CreateWatcherResponse], error) {
-	return nil, unimplemented("filesystem.Filesystem/CreateWatcher is not supported: %s", noWatch)
+	return s.e.createWatcher(ctx, req)
 }
 
 func (s *filesystemService) GetWatcherEvents(ctx context.Context, req *connect.Request[fspb.GetWatcherEventsRequest]) (*connect.Response[fspb.GetWatcherEventsResponse], error) {
-	return nil, unimplemented("filesystem.Filesystem/GetWatcherEvents is not supported: %s", noWatch)
+	return s.e.getWatcherEvents(ctx, req)
 }
 
 func (s *filesystemService) RemoveWatcher(ctx context.Context, req *connect.Request[fspb.RemoveWatcherRequest]) (*connect.Response[fspb.RemoveWatcherResponse], error) {
-	return nil, unimplemented("filesystem.Filesystem/RemoveWatcher is not supported: %s", noWatch)
+	return s.e.removeWatcher(ctx, req)
 }

@@ -51,17 +51,23 @@ type fakeBackend struct {
 type fakeProc struct {
 	input  chan []byte // nil data: stdin closed
 	signal chan string
+	resize chan sandbox.PTYSize
 	opts   sandbox.ExecOptions
 }
 
 // runLong is a run that behaves like "while read l; do echo got:$l; done":
 // it answers each input line on stdout, exits 0 when stdin is closed and
-// ends by a signal it is sent.
+// ends by a signal it is sent. With a PTY it answers on the terminal, and
+// a resize with "size:COLSxROWS".
 func (f *fakeBackend) runLong(ctx context.Context, req *api.ExecRequest, opts sandbox.ExecOptions) (*api.ExecResult, error) {
 	if opts.ID == "" {
 		f.t.Error("a command run without an id")
 	}
-	p := &fakeProc{input: make(chan []byte), signal: make(chan string), opts: opts}
+	p := &fakeProc{input: make(chan []byte), signal: make(chan string), resize: make(chan sandbox.PTYSize), opts: opts}
+	out := opts.OnStdout
+	if opts.PTY != nil {
+		out = opts.OnPTY
+	}
 	f.mu.Lock()
 	if f.procs == nil {
 		f.procs = map[string]*fakeProc{}
@@ -80,7 +86,9 @@ func (f *fakeBackend) runLong(ctx context.Context, req *api.ExecRequest, opts sa
 			if b == nil {
 				return &api.ExecResult{}, nil
 			}
-			opts.OnStdout([]byte("got:" + string(b)))
+			out([]byte("got:" + string(b)))
+		case sz := <-p.resize:
+			out([]byte(fmt.Sprintf("size:%dx%d", sz.Cols, sz.Rows)))
 		case sig := <-p.signal:
 			return &api.ExecResult{ExitCode: -1, Signal: sig}, nil
 		case <-ctx.Done():
@@ -140,6 +148,25 @@ func (f *fakeBackend) ExecSignal(ctx context.Context, ref, id, signal string) er
 	}
 	select {
 	case p.signal <- signal:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (f *fakeBackend) ExecResize(ctx context.Context, ref, id string, size sandbox.PTYSize) error {
+	if err := f.checkRef(ref); err != nil {
+		return err
+	}
+	p, err := f.proc(id)
+	if err != nil {
+		return err
+	}
+	if p.opts.PTY == nil {
+		return errdefs.FailedPrecondition("exec %q runs without a pty", id)
+	}
+	select {
+	case p.resize <- size:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -702,7 +729,9 @@ func TestStartErrors(t *testing.T) {
 		name, body, code, msg string
 		hdr                   []string
 	}{
-		{"pty", `{"process":{"cmd":"/bin/bash","args":["-i","-l"]},"pty":{"size":{"cols":80,"rows":24}}}`, "unimplemented", "pty", nil},
+		{"pty size", `{"process":{"cmd":"/bin/bash","args":["-i","-l"]},"pty":{"size":{"cols":0,"rows":24}}}`, "invalid_argument", "pty size", nil},
+		{"pty too large", `{"process":{"cmd":"/bin/bash","args":["-i","-l"]},"pty":{"size":{"cols":80,"rows":1001}}}`, "invalid_argument", "pty size", nil},
+		{"pty without size", `{"process":{"cmd":"/bin/bash","args":["-i","-l"]},"pty":{}}`, "invalid_argument", "pty.size", nil},
 		{"no cmd", `{"process":{}}`, "invalid_argument", "cmd", nil},
 		{"backend", `{"process":{"cmd":"env","envs":{"1A":"x"}}}`, "invalid_argument", "not a valid variable name", nil},
 		{"root", `{"process":{"cmd":"id"}}`, "permission_denied", "forkbox runs sandbox code as 'user' only",
@@ -734,18 +763,105 @@ func TestStartErrors(t *testing.T) {
 	}
 }
 
-func TestProcessUnimplemented(t *testing.T) {
-	srv, _ := startEnvd(t, newFakeBackend(t))
-	for method, body := range map[string]string{
-		"Update":    `{"process":{"pid":1234},"pty":{"size":{"cols":80,"rows":24}}}`,
-		"SendInput": `{"process":{"pid":1234},"input":{"pty":"aGkK"}}`,
+// TestPTY is the SDK's pty.create, sendInput, resize and kill: the
+// command runs on a terminal, its output comes as data.pty, input.pty goes
+// to it, Update resizes it.
+func TestPTY(t *testing.T) {
+	fb := newFakeBackend(t)
+	var gotOpts sandbox.ExecOptions
+	var gotReq *api.ExecRequest
+	var optsMu sync.Mutex
+	fb.run = func(ctx context.Context, req *api.ExecRequest, opts sandbox.ExecOptions) (*api.ExecResult, error) {
+		optsMu.Lock()
+		gotOpts, gotReq = opts, req
+		optsMu.Unlock()
+		return fb.runLong(ctx, req, opts)
+	}
+	srv, _ := startEnvd(t, fb)
+
+	// Exactly what the JS SDK's pty.create({cols: 80, rows: 24}) sends.
+	_, r := startStream(t, srv, `{"process":{"cmd":"/bin/bash","args":["-i","-l"],"envs":{"TERM":"xterm-256color","LANG":"C.UTF-8","LC_ALL":"C.UTF-8"}},"pty":{"size":{"cols":80,"rows":24}}}`)
+	jsonEqual(t, nextEvent(t, r), `{"event":{"start":{"pid":1000}}}`)
+
+	status, body := unary(t, srv, "process.Process/SendInput", `{"process":{"pid":1000},"input":{"pty":"`+b64("ls\n")+`"}}`)
+	if status != http.StatusOK {
+		t.Fatalf("SendInput: %d %s", status, body)
+	}
+	jsonEqual(t, nextEvent(t, r), `{"event":{"data":{"pty":"`+b64("got:ls\n")+`"}}}`)
+	optsMu.Lock()
+	if gotOpts.PTY == nil || *gotOpts.PTY != (sandbox.PTYSize{Cols: 80, Rows: 24}) || !gotOpts.KeepStdin || gotOpts.OnPTY == nil {
+		t.Errorf("exec options %+v, want a pty of 80x24 with stdin kept", gotOpts)
+	}
+	if gotReq.Cmd != "/bin/bash" || gotReq.Env["TERM"] != "xterm-256color" {
+		t.Errorf("exec %+v", gotReq)
+	}
+	optsMu.Unlock()
+
+	status, body = unary(t, srv, "process.Process/Update", `{"process":{"pid":1000},"pty":{"size":{"cols":100,"rows":30}}}`)
+	if status != http.StatusOK {
+		t.Fatalf("Update: %d %s", status, body)
+	}
+	jsonEqual(t, body, `{}`)
+	jsonEqual(t, nextEvent(t, r), `{"event":{"data":{"pty":"`+b64("size:100x30")+`"}}}`)
+	for _, c := range []struct{ body, code string }{
+		{`{"process":{"pid":1000},"pty":{"size":{"cols":100,"rows":0}}}`, "invalid_argument"},
+		{`{"process":{"pid":1000},"pty":{"size":{"cols":1001,"rows":30}}}`, "invalid_argument"},
+		{`{"process":{"pid":1000},"pty":{}}`, "invalid_argument"},
+		{`{"process":{"pid":4242},"pty":{"size":{"cols":100,"rows":30}}}`, "not_found"},
 	} {
-		status, b := unary(t, srv, "process.Process/"+method, body)
-		code, msg := connectErrorCode(t, b)
-		if status != http.StatusNotImplemented || code != "unimplemented" || !strings.Contains(msg, method) {
-			t.Errorf("%s: HTTP %d %s", method, status, b)
+		_, b := unary(t, srv, "process.Process/Update", c.body)
+		if code, _ := connectErrorCode(t, b); code != c.code {
+			t.Errorf("Update %s: %s, want %s", c.body, b, c.code)
 		}
 	}
+
+	// pty.kill
+	status, body = unary(t, srv, "process.Process/SendSignal", `{"process":{"pid":1000},"signal":"SIGNAL_SIGKILL"}`)
+	if status != http.StatusOK {
+		t.Fatalf("SendSignal: %d %s", status, body)
+	}
+	msgs, code := endStreamCode(t, r)
+	if code != "" || len(msgs) == 0 {
+		t.Fatalf("Start ended %q, code %q", msgs, code)
+	}
+	jsonEqual(t, msgs[len(msgs)-1], `{"event":{"end":{"exitCode":-1,"status":"signal: killed","error":"signal: killed"}}}`)
+	for method, body := range map[string]string{
+		"Update":    `{"process":{"pid":1000},"pty":{"size":{"cols":80,"rows":24}}}`,
+		"SendInput": `{"process":{"pid":1000},"input":{"pty":"aGkK"}}`,
+	} {
+		status, b := unary(t, srv, "process.Process/"+method, body)
+		if code, _ := connectErrorCode(t, b); status != http.StatusNotFound || code != "not_found" {
+			t.Errorf("%s after the end: HTTP %d %s", method, status, b)
+		}
+	}
+}
+
+// TestPTYOnPlainProcess: a command started without a pty takes no pty
+// input and no resize.
+func TestPTYOnPlainProcess(t *testing.T) {
+	fb := newFakeBackend(t)
+	fb.run = fb.runLong
+	srv, _ := startEnvd(t, fb)
+	_, r := startStream(t, srv, `{"process":{"cmd":"/bin/bash","args":["-l","-c","cat"]},"stdin":true}`)
+	jsonEqual(t, nextEvent(t, r), `{"event":{"start":{"pid":1000}}}`)
+	for method, body := range map[string]string{
+		"Update":    `{"process":{"pid":1000},"pty":{"size":{"cols":80,"rows":24}}}`,
+		"SendInput": `{"process":{"pid":1000},"input":{"pty":"aGkK"}}`,
+	} {
+		_, b := unary(t, srv, "process.Process/"+method, body)
+		if code, msg := connectErrorCode(t, b); code != "failed_precondition" || !strings.Contains(msg, "without a pty") {
+			t.Errorf("%s: %s", method, b)
+		}
+	}
+	// An Update without a pty changes nothing.
+	if status, b := unary(t, srv, "process.Process/Update", `{"process":{"pid":1000}}`); status != http.StatusOK {
+		t.Errorf("Update without pty: HTTP %d %s", status, b)
+	}
+	status, body := unary(t, srv, "process.Process/SendSignal", `{"process":{"pid":1000},"signal":"SIGNAL_SIGKILL"}`)
+	if status != http.StatusOK {
+		t.Fatalf("SendSignal: %d %s", status, body)
+	}
+	endStreamCode(t, r)
 }
 
 func TestFilesystemRPCs(t *testing.T) {

@@ -160,6 +160,28 @@ await step('background commands', async () => {
   return `${h.pid} ${s.pid} ${ended}`;
 });
 
+await step('pty', async () => {
+  // A terminal: bash -i -l on a pty of 80x24, typed into, resized, left.
+  const dec = new TextDecoder();
+  let out = '';
+  const enc = new TextEncoder();
+  const t = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => { out += dec.decode(d, { stream: true }); } });
+  const waitFor = async (want) => {
+    for (const end = Date.now() + 20_000; !out.includes(want); ) {
+      if (Date.now() > end) throw new Error(`expected ${JSON.stringify(want)} in the terminal, got ${JSON.stringify(out)}`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  };
+  await sbx.pty.sendInput(t.pid, enc.encode('stty size\n'));
+  await waitFor('24 80');
+  await sbx.pty.resize(t.pid, { cols: 100, rows: 30 });
+  await sbx.pty.sendInput(t.pid, enc.encode('stty size; exit\n'));
+  const r = await t.wait();
+  check(out.includes('30 100'), `'30 100' after the resize, got ${JSON.stringify(out)}`);
+  check(r.exitCode === 0, `exit 0, got ${r.exitCode}`);
+  return `${t.pid}`;
+});
+
 await step('pause and connect', async () => {
   await sbx.pause();
   const info = await BaseSandbox.getInfo(sbx.sandboxId);

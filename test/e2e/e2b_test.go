@@ -67,7 +67,7 @@ func TestE2BSDK(t *testing.T) {
 	for _, script := range []struct {
 		name     string
 		minSteps int
-	}{{"flow.mjs", 14}, {"snapshots.mjs", 4}} {
+	}{{"flow.mjs", 16}, {"snapshots.mjs", 4}, {"watch.mjs", 1}} {
 		t.Run(script.name, func(t *testing.T) {
 			runE2BScript(t, d, node, dir, script.name, key.Secret, script.minSteps)
 		})
