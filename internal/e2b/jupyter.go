@@ -61,6 +61,11 @@ func newJupyter(c Code, log *slog.Logger) *jupyter {
 // text (the SDKs turn 404 into NotFoundError, 502 into a timeout, and any
 // other into SandboxError with the status).
 func jupyterError(w http.ResponseWriter, err error) {
+	var ce *clientError
+	if errors.As(err, &ce) {
+		http.Error(w, ce.msg, ce.status)
+		return
+	}
 	status, _ := errdefs.HTTPStatus(err)
 	if errors.Is(err, errdefs.ErrFailedPrecondition) {
 		status = http.StatusBadGateway // the sandbox is not running: "sandbox timeout"
@@ -89,9 +94,7 @@ var languageAliases = map[string]string{"js": "javascript", "ts": "typescript"}
 func (j *jupyter) execute(w http.ResponseWriter, r *http.Request) {
 	var req executeJSON
 	if err := decodeBody(r, &req); err != nil {
-		var ce *clientError
-		errors.As(err, &ce)
-		http.Error(w, err.Error(), ce.status)
+		jupyterError(w, err)
 		return
 	}
 	ctxID, lang := deref(req.ContextID), strings.ToLower(deref(req.Language))
@@ -236,9 +239,7 @@ func (j *jupyter) createContext(w http.ResponseWriter, r *http.Request) {
 		Cwd      string `json:"cwd"`
 	}
 	if err := decodeBody(r, &req); err != nil {
-		var ce *clientError
-		errors.As(err, &ce)
-		http.Error(w, err.Error(), ce.status)
+		jupyterError(w, err)
 		return
 	}
 	lang := strings.ToLower(req.Language)

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -259,7 +260,7 @@ func (s *Server) listTenants(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if !containsString(names, tenant.Default) {
+	if !slices.Contains(names, tenant.Default) {
 		names = append([]string{tenant.Default}, names...)
 	}
 	out := api.TenantList{Tenants: []api.Tenant{}}
@@ -272,15 +273,6 @@ func (s *Server) listTenants(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
-}
-
-func containsString(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 func tenantParam(r *http.Request) (string, error) {
@@ -300,6 +292,11 @@ func (s *Server) getTenant(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	return s.writeTenant(w, r, name)
+}
+
+// writeTenant answers with tenant name's settings and usage.
+func (s *Server) writeTenant(w http.ResponseWriter, r *http.Request, name string) error {
 	t, err := s.tenantView(r.Context(), name)
 	if err != nil {
 		return err
@@ -334,12 +331,7 @@ func (s *Server) setTenant(w http.ResponseWriter, r *http.Request) error {
 	if err := as.SetQuotas(r.Context(), name, req.Quotas); err != nil {
 		return err
 	}
-	t, err := s.tenantView(r.Context(), name)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, t)
-	return nil
+	return s.writeTenant(w, r, name)
 }
 
 // usage is GET /v1/usage: the caller's tenant's (an admin may ask for

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/forkbox/forkbox/api"
@@ -32,7 +33,7 @@ func (c *tenantCollector) Collect(ch chan<- prometheus.Metric) {
 		c.s.log.Warn("metrics: list tenants", "err", err)
 		return
 	}
-	if !containsString(names, tenant.Default) {
+	if !slices.Contains(names, tenant.Default) {
 		names = append(names, tenant.Default)
 	}
 	for _, n := range names {

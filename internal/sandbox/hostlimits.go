@@ -458,17 +458,26 @@ func (m *Manager) admitAs(ctx context.Context, id string, spec store.Spec, from 
 	}, nil
 }
 
+// poolSpec is the spec of pool rec's sandboxes: its snapshot's, or the
+// defaults; from says which, for messages.
+func (m *Manager) poolSpec(ctx context.Context, rec store.Pool) (spec store.Spec, from string, err error) {
+	if rec.SnapshotID == "" {
+		return m.defaultSpec(), "", nil
+	}
+	sn, err := m.store.GetSnapshot(ctx, rec.SnapshotID)
+	if err != nil {
+		return spec, "", err
+	}
+	return sn.Spec, "from snapshot " + sn.ID, nil
+}
+
 // checkPool checks, at a pool's creation, that its sandboxes fit this
 // host: each one's limits (those of its snapshot, or the defaults) (400),
 // and rec.Size disks in the free space now (507).
 func (m *Manager) checkPool(ctx context.Context, rec store.Pool) error {
-	spec, from := m.defaultSpec(), ""
-	if rec.SnapshotID != "" {
-		sn, err := m.store.GetSnapshot(ctx, rec.SnapshotID)
-		if err != nil {
-			return err
-		}
-		spec, from = sn.Spec, "from snapshot "+sn.ID
+	spec, from, err := m.poolSpec(ctx, rec)
+	if err != nil {
+		return err
 	}
 	h := m.hostLimits()
 	info, b := h.bounds()

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/forkbox/forkbox/api"
@@ -180,7 +181,7 @@ func (m *Manager) checkRunning(ctx context.Context, t, id string, q api.Quotas, 
 		}
 		// A start under way may already be in the store (creating): count
 		// it once.
-		if sb, err := m.store.Get(tenant.Unscoped(ctx), pid); err == nil && sb.Tenant == t && isLive(sb.State) {
+		if sb, err := m.store.Get(tenant.Unscoped(ctx), pid); err == nil && sb.Tenant == t && slices.Contains(liveStates, sb.State) {
 			continue
 		}
 		u.RunningSandboxes++
@@ -194,15 +195,6 @@ func (m *Manager) checkRunning(ctx context.Context, t, id string, q api.Quotas, 
 		return err
 	}
 	return over(api.QuotaCPUs, u.CPUs, float64(count)*spec.CPUs, q.CPUs)
-}
-
-func isLive(state string) bool {
-	for _, s := range liveStates {
-		if s == state {
-			return true
-		}
-	}
-	return false
 }
 
 // checkForkQuota checks, before a fork takes its snapshot, that count
@@ -270,13 +262,9 @@ func (m *Manager) checkPoolQuota(ctx context.Context, rec store.Pool) error {
 	if err != nil || (q.RunningSandboxes == nil && q.MemoryMB == nil && q.CPUs == nil) {
 		return err
 	}
-	spec := m.defaultSpec()
-	if rec.SnapshotID != "" {
-		sn, err := m.store.GetSnapshot(ctx, rec.SnapshotID)
-		if err != nil {
-			return err
-		}
-		spec = sn.Spec
+	spec, _, err := m.poolSpec(ctx, rec)
+	if err != nil {
+		return err
 	}
 	m.quota.mu.Lock()
 	defer m.quota.mu.Unlock()
