@@ -65,7 +65,9 @@ type Quotas struct {
 	// SnapshotBytes sums the tenant's snapshots (checkpoints and suspend
 	// images).
 	SnapshotBytes *int64 `json:"snapshot_bytes,omitempty"`
-	// ImageBytes sums the images the tenant built or imported.
+	// ImageBytes sums the layers of the images the tenant built or
+	// imported, each once; the shared catalog's layers they sit on are not
+	// counted.
 	ImageBytes *int64 `json:"image_bytes,omitempty"`
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/forkbox/forkbox/api"
 	"github.com/forkbox/forkbox/internal/errdefs"
+	"github.com/forkbox/forkbox/internal/image"
 	"github.com/forkbox/forkbox/internal/store"
 	"github.com/forkbox/forkbox/internal/tenant"
 )
@@ -112,7 +113,15 @@ func (m *Manager) usage(ctx context.Context, t, skip string) (*api.TenantUsage, 
 	return u, nil
 }
 
-// imageBytes sums the images tenant t owns.
+// layerSizer gives a layer's size (the image store has it).
+type layerSizer interface {
+	GetLayer(id string) (*image.Layer, error)
+}
+
+// imageBytes sums what tenant t's images take: the layers of its own
+// images, each once, leaving out the catalog's (an image built on python
+// does not cost python's gigabytes again). The default tenant's images are
+// the catalog: all of theirs count for it.
 func (m *Manager) imageBytes(ctx context.Context, t string) (int64, error) {
 	is, ok := m.images.(ImageStore)
 	if !ok {
@@ -122,10 +131,35 @@ func (m *Manager) imageBytes(ctx context.Context, t string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	ls, byLayer := is.(layerSizer)
+	catalog := map[string]bool{}
+	if t != tenant.Default {
+		for _, img := range imgs {
+			if it, _ := imageOwner(img.Name); it == tenant.Default {
+				for _, l := range img.Layers {
+					catalog[l] = true
+				}
+			}
+		}
+	}
 	var n int64
+	seen := map[string]bool{}
 	for _, img := range imgs {
-		if it, _ := imageOwner(img.Name); it == t {
+		if it, _ := imageOwner(img.Name); it != t {
+			continue
+		}
+		if !byLayer || len(img.Layers) == 0 {
 			n += img.SizeBytes
+			continue
+		}
+		for _, id := range img.Layers {
+			if catalog[id] || seen[id] {
+				continue
+			}
+			seen[id] = true
+			if l, err := ls.GetLayer(id); err == nil {
+				n += l.SizeBytes
+			}
 		}
 	}
 	return n, nil

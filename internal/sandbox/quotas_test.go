@@ -11,6 +11,7 @@ import (
 
 	"github.com/forkbox/forkbox/api"
 	"github.com/forkbox/forkbox/internal/errdefs"
+	"github.com/forkbox/forkbox/internal/image"
 	"github.com/forkbox/forkbox/internal/store"
 	"github.com/forkbox/forkbox/internal/tenant"
 )
@@ -134,5 +135,48 @@ func TestQuotas(t *testing.T) {
 	// asked for by name (the admin's view).
 	if u, err := m.Usage(tenant.With(ctx, tenant.Principal{Tenant: "globex"}), "acme"); err != nil || u.RunningSandboxes != 1 {
 		t.Fatalf("acme usage from globex's context: %+v %v", u, err)
+	}
+}
+
+// fakeImages is an image store of fixed images and layers.
+type fakeImages struct {
+	imgs   []*image.Image
+	layers map[string]int64
+}
+
+func (f *fakeImages) Get(_ context.Context, name string) (*image.Image, error) {
+	for _, img := range f.imgs {
+		if img.Name == name {
+			return img, nil
+		}
+	}
+	return nil, errdefs.NotFound("image %q not found", name)
+}
+
+func (f *fakeImages) List(context.Context) ([]*image.Image, error) { return f.imgs, nil }
+
+func (f *fakeImages) Remove(context.Context, string, func(*image.Image) error) error { return nil }
+
+func (f *fakeImages) GetLayer(id string) (*image.Layer, error) {
+	return &image.Layer{ID: id, SizeBytes: f.layers[id]}, nil
+}
+
+// A tenant's image bytes are its own layers, once each, not the catalog's
+// it builds on.
+func TestImageBytes(t *testing.T) {
+	ctx := context.Background()
+	m := &Manager{images: &fakeImages{
+		imgs: []*image.Image{
+			{Name: "python", Layers: []string{"base", "py"}, SizeBytes: 1000},
+			{Name: "acme+tools", Layers: []string{"base", "py", "tools"}, SizeBytes: 1010},
+			{Name: "acme+more", Layers: []string{"base", "py", "tools", "more"}, SizeBytes: 1015},
+			{Name: "globex+x", Layers: []string{"base", "x"}, SizeBytes: 907},
+		},
+		layers: map[string]int64{"base": 900, "py": 100, "tools": 10, "more": 5, "x": 7},
+	}}
+	for tn, want := range map[string]int64{"acme": 15, "globex": 7, tenant.Default: 1000, "nobody": 0} {
+		if got, err := m.imageBytes(ctx, tn); err != nil || got != want {
+			t.Errorf("imageBytes(%s) = %d, %v; want %d", tn, got, err, want)
+		}
 	}
 }

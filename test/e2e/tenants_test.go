@@ -328,6 +328,10 @@ func TestTenants(t *testing.T) {
 		t.Fatalf("tenants: %+v", tenants)
 	}
 	acme.DeletePool(context.Background(), "warm")
+	// The image store is shared by the test daemons: leave no image behind.
+	if err := acme.DeleteImage(context.Background(), "acme-tools"); err != nil {
+		t.Errorf("delete acme's image: %v", err)
+	}
 }
 
 // deleteTenantSandboxes deletes the tenants' sandboxes, the admin acting
