@@ -7,6 +7,7 @@ export PATH := /usr/local/go/bin:$(PATH)
 # e2e tests run this binary instead of building their own.
 export FORKBOX_BIN := $(CURDIR)/bin/forkbox
 
+SHELL  := /bin/bash
 GO     ?= go
 BIN    := bin/forkbox
 ARGS   ?=
@@ -14,7 +15,7 @@ ARGS   ?=
 # Run privileged steps directly as root, else through sudo when present.
 SUDO := $(shell if [ "$$(id -u)" -ne 0 ]; then command -v sudo; fi)
 
-.PHONY: all build setup image run test bench soak fmt fmt-check vet clean
+.PHONY: all build install setup image run test bench soak fmt fmt-check vet clean
 
 all: build
 
@@ -25,6 +26,13 @@ all: build
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN) ./cmd/forkbox
 	CGO_ENABLED=0 $(GO) build -trimpath -tags forkbox_agent -o $(BIN)-agent ./cmd/forkbox-agent
+
+# Puts forkbox on PATH (PREFIX/bin, /usr/local/bin by default): the CLI the
+# README calls bare, and its agent beside it.
+PREFIX ?= /usr/local
+install: build
+	$(SUDO) install -D -m 0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/forkbox
+	$(SUDO) install -D -m 0755 $(BIN)-agent $(DESTDIR)$(PREFIX)/bin/forkbox-agent
 
 setup:
 	@if [ "$$(id -u)" -ne 0 ]; then \
@@ -41,11 +49,14 @@ setup:
 image: build
 	$(SUDO) ./$(BIN) prepare
 
-run: setup build image
+run: setup build install image
 	exec ./$(BIN) serve $(ARGS)
 
+# The output also goes to bin/test.log; on a failure, scripts/test-digest.sh
+# repeats each failing test's messages at the end, where CI's cut shows them.
 test: setup build image fmt-check vet
-	$(GO) test -race -count=1 -timeout 25m ./...
+	@set -o pipefail; $(GO) test -race -count=1 -timeout 25m ./... 2>&1 | tee bin/test.log || \
+		{ rc=$$?; ./scripts/test-digest.sh bin/test.log; exit $$rc; }
 
 bench: setup build image
 	@if [ "$$(id -u)" -ne 0 ]; then echo "make bench: benchmarks need root" >&2; exit 1; fi

@@ -13,10 +13,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/forkbox/forkbox/api"
+	"github.com/forkbox/forkbox/internal/batch"
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/store"
 	"github.com/forkbox/forkbox/internal/tenant"
@@ -393,100 +393,53 @@ func (s *Server) listAudit(w http.ResponseWriter, r *http.Request) error {
 // written in batches by one goroutine (an fsync'd write per exec would
 // slow every call down); a crash loses at most the last batch interval's.
 
-const (
-	auditBatch    = 256
-	auditInterval = 200 * time.Millisecond
-	// auditRetention is how long entries are kept.
-	auditRetention = 90 * 24 * time.Hour
-)
+// auditRetention is how long entries are kept.
+const auditRetention = 90 * 24 * time.Hour
 
+// auditLog batches entries into the store (internal/batch); nil when the
+// daemon has no access store.
 type auditLog struct {
-	st   store.AccessStore
-	log  interface{ Warn(string, ...any) }
-	mu   sync.Mutex
-	buf  []api.AuditEntry
-	wake chan struct{}
-	done chan struct{}
-	// flushMu serializes writes, so that flush returns after what it
-	// took is stored.
-	flushMu   sync.Mutex
-	closeOnce sync.Once
-	pruned    time.Time
+	w      *batch.Writer[api.AuditEntry]
+	pruned time.Time
 }
 
 func newAuditLog(st store.AccessStore, log interface{ Warn(string, ...any) }) *auditLog {
-	a := &auditLog{st: st, log: log, wake: make(chan struct{}, 1), done: make(chan struct{})}
-	if st != nil {
-		go a.run()
+	if st == nil {
+		return nil
 	}
+	a := &auditLog{}
+	a.w = batch.New(batch.Config[api.AuditEntry]{
+		Write:   st.AppendAudit,
+		OnError: func(n int, err error) { log.Warn("write audit log", "entries", n, "err", err) },
+		Tick: func() {
+			if time.Since(a.pruned) > time.Hour {
+				a.pruned = time.Now()
+				if _, err := st.PruneAudit(context.Background(), time.Now().Add(-auditRetention)); err != nil {
+					log.Warn("prune audit log", "err", err)
+				}
+			}
+		},
+	})
 	return a
 }
 
 func (a *auditLog) add(e api.AuditEntry) {
-	if a == nil || a.st == nil {
-		return
-	}
-	a.mu.Lock()
-	a.buf = append(a.buf, e)
-	n := len(a.buf)
-	a.mu.Unlock()
-	if n >= auditBatch {
-		select {
-		case a.wake <- struct{}{}:
-		default:
-		}
-	}
-}
-
-func (a *auditLog) run() {
-	t := time.NewTicker(auditInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-a.done:
-			a.flush()
-			return
-		case <-t.C:
-		case <-a.wake:
-		}
-		a.flush()
-		if time.Since(a.pruned) > time.Hour {
-			a.pruned = time.Now()
-			if _, err := a.st.PruneAudit(context.Background(), time.Now().Add(-auditRetention)); err != nil {
-				a.log.Warn("prune audit log", "err", err)
-			}
-		}
+	if a != nil {
+		a.w.Add(e)
 	}
 }
 
 // flush stores what is buffered.
 func (a *auditLog) flush() {
-	if a == nil || a.st == nil {
-		return
-	}
-	a.flushMu.Lock()
-	defer a.flushMu.Unlock()
-	a.mu.Lock()
-	batch := a.buf
-	a.buf = nil
-	a.mu.Unlock()
-	if len(batch) == 0 {
-		return
-	}
-	if err := a.st.AppendAudit(context.Background(), batch); err != nil {
-		a.log.Warn("write audit log", "entries", len(batch), "err", err)
-		a.mu.Lock()
-		a.buf = append(batch, a.buf...) // kept for the next try
-		a.mu.Unlock()
+	if a != nil {
+		a.w.Flush()
 	}
 }
 
 func (a *auditLog) close() {
-	if a == nil || a.st == nil {
-		return
+	if a != nil {
+		a.w.Close()
 	}
-	a.closeOnce.Do(func() { close(a.done) })
-	a.flush()
 }
 
 // audited says whether a call of method on route goes in the audit log.
