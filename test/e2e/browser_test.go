@@ -45,7 +45,13 @@ func TestBrowserUI(t *testing.T) {
 	if artifacts == "" {
 		artifacts = filepath.Join(browserDir, "artifacts")
 	}
-	cmd := exec.Command(node, "--test", "--test-reporter=spec", browserDir)
+	args := []string{"--test", "--test-reporter=spec"}
+	// BROWSER_TESTS runs only the scenarios whose names match (a regular
+	// expression), e.g. BROWSER_TESTS=notebook.
+	if p := os.Getenv("BROWSER_TESTS"); p != "" {
+		args = append(args, "--test-name-pattern="+p)
+	}
+	cmd := exec.Command(node, append(args, browserDir)...)
 	cmd.Dir = browserDir
 	cmd.Env = append(os.Environ(),
 		"FORKBOX_URL=http://"+d.addr,

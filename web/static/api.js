@@ -94,12 +94,12 @@ export async function upload(file, conversationId) {
  * onEvent(name, data) for each event as it arrives (data decoded from JSON
  * when it is JSON). A refused call throws ApiError before any event; a
  * server that answers with JSON instead of a stream has it passed as one
- * event named "json".
+ * event named "json". raw sends body as it is, with contentType.
  */
-export async function stream(path, body, onEvent, { signal } = {}) {
+export async function stream(path, body, onEvent, { signal, raw = false, contentType = 'application/json' } = {}) {
   const res = await send('POST', path, {
-    headers: headers({ 'Content-Type': 'application/json', Accept: 'text/event-stream' }),
-    body: JSON.stringify(body),
+    headers: headers({ 'Content-Type': contentType, Accept: 'text/event-stream' }),
+    body: raw ? body : JSON.stringify(body),
     signal,
   });
   const type = res.headers.get('Content-Type') || '';
@@ -124,6 +124,36 @@ export async function stream(path, body, onEvent, { signal } = {}) {
     }
   }
   if (buf.trim()) dispatch(buf, onEvent);
+}
+
+/** fetchBlob GETs path (with the API key) and returns the body and the file name the server suggests. */
+export async function fetchBlob(path, { signal } = {}) {
+  const res = await send('GET', path, { headers: headers(), signal });
+  const cd = res.headers.get('Content-Disposition') || '';
+  const m = /filename\*=UTF-8''([^;]+)|filename="?([^";]+)"?/i.exec(cd);
+  let name = '';
+  if (m) { try { name = decodeURIComponent(m[1] || m[2]); } catch { name = m[1] || m[2]; } }
+  return { blob: await res.blob(), name, type: res.headers.get('Content-Type') || '' };
+}
+
+/** putFile writes bytes to path in a sandbox (PUT /v1/sandboxes/{s}/files). */
+export async function putFile(sandbox, path, data) {
+  const res = await send('PUT', `/v1/sandboxes/${encodeURIComponent(sandbox)}/files?path=${encodeURIComponent(path)}`, {
+    headers: headers({ 'Content-Type': 'application/octet-stream', Accept: 'application/json' }),
+    body: data,
+  });
+  return res.json();
+}
+
+/** health is GET /healthz (public; null when it cannot be read). */
+export async function health() {
+  try {
+    const res = await fetch('/healthz', { headers: headers({ Accept: 'application/json' }) });
+    if (!res.ok) { await res.text().catch(() => ''); return null; }
+    return await res.json();
+  } catch {
+    return null;
+  }
 }
 
 function dispatch(block, onEvent) {
@@ -158,11 +188,23 @@ export const api = {
   suspend: (id) => request('POST', `/v1/sandboxes/${enc(id)}/suspend`),
   resume: (id) => request('POST', `/v1/sandboxes/${enc(id)}/resume`),
   checkpoint: (id, type = 'memory') => request('POST', `/v1/sandboxes/${enc(id)}/checkpoint`, { type }),
-  fork: (id, count = 2) => request('POST', `/v1/sandboxes/${enc(id)}/fork`, { count }),
+  fork: (id, count = 2, names) => request('POST', `/v1/sandboxes/${enc(id)}/fork`, names && names.length ? { count, names } : { count }),
+  restore: (snapshotId) => request('POST', '/v1/sandboxes', { snapshot_id: snapshotId }),
   terminate: (id) => request('DELETE', `/v1/sandboxes/${enc(id)}`),
   listPorts: (id) => request('GET', `/v1/sandboxes/${enc(id)}/ports`),
   getPort: (id, port) => request('GET', `/v1/sandboxes/${enc(id)}/ports/${enc(String(port))}`),
   upload,
   chat: (body, onEvent, opts) => stream('/v1/chat', body, onEvent, opts),
   runCode: (id, code, onEvent, opts) => stream(`/v1/sandboxes/${enc(id)}/code`, { code }, onEvent, opts),
+  listContexts: (id) => request('GET', `/v1/sandboxes/${enc(id)}/contexts`),
+  interrupt: (id, ctx) => request('POST', `/v1/sandboxes/${enc(id)}/contexts/${enc(ctx)}/interrupt`),
+  listCells: (id) => request('GET', `/v1/sandboxes/${enc(id)}/cells`),
+  listFiles: (id, path) => request('GET', `/v1/sandboxes/${enc(id)}/files/list?path=${enc(path)}`),
+  readFile: (id, path, opts) => fetchBlob(`/v1/sandboxes/${enc(id)}/files?path=${enc(path)}`, opts),
+  writeFile: putFile,
+  removeFile: (id, path, recursive = false) => request('DELETE', `/v1/sandboxes/${enc(id)}/files?path=${enc(path)}${recursive ? '&recursive=true' : ''}`),
+  conversationNotebook: (id) => fetchBlob(`/v1/conversations/${enc(id)}/notebook`),
+  sandboxNotebook: (id) => fetchBlob(`/v1/sandboxes/${enc(id)}/notebook`),
+  importNotebook: (id, text, onEvent, opts) => stream(`/v1/sandboxes/${enc(id)}/notebook`, text, onEvent, { ...opts, raw: true }),
+  health,
 };

@@ -5,6 +5,8 @@
 import { api, ApiError, getApiKey, setApiKey } from './api.js';
 import { renderMarkdown } from './markdown.js';
 import { buildTree, renderGraph, shortId } from './graph.js';
+import { highlight } from './highlight.js';
+import { previewCSV, isCSV } from './csv.js';
 
 // ---------------------------------------------------------------- helpers
 
@@ -63,6 +65,67 @@ function duration(ms) {
 }
 
 const fmtInt = (n) => Number(n || 0).toLocaleString();
+
+/** copyText puts text on the clipboard (the Clipboard API, else a hidden textarea). */
+async function copyText(text) {
+  try {
+    if (navigator.clipboard && window.isSecureContext) {
+      await navigator.clipboard.writeText(text);
+      return true;
+    }
+  } catch { /* fall back below */ }
+  const t = h('textarea', { class: 'visually-hidden', 'aria-hidden': 'true' });
+  t.value = text;
+  document.body.append(t);
+  t.select();
+  let ok = false;
+  try { ok = document.execCommand('copy'); } catch { ok = false; }
+  t.remove();
+  return ok;
+}
+
+/** copyButton is a small button that copies text() and says so. */
+function copyButton(text, { label = 'Copy', testid = 'copy-button', cls = 'icon-btn small' } = {}) {
+  const b = h('button', { class: cls, type: 'button', title: label, 'aria-label': label, 'data-testid': testid }, icon('copy'));
+  b.addEventListener('click', async (e) => {
+    e.stopPropagation();
+    const ok = await copyText(typeof text === 'function' ? text() : text);
+    b.dataset.copied = ok ? 'true' : 'false';
+    toast(ok ? 'Copied' : 'Could not copy: select the text instead', ok ? '' : 'error');
+  });
+  return b;
+}
+
+/** saveBlob has the browser download blob as name. */
+function saveBlob(blob, name) {
+  const url = URL.createObjectURL(blob);
+  const a = h('a', { href: url, download: name, hidden: true });
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 30000);
+}
+
+function blobToDataURL(blob) {
+  return new Promise((resolve, reject) => {
+    const r = new FileReader();
+    r.onload = () => resolve(r.result);
+    r.onerror = () => reject(r.error);
+    r.readAsDataURL(blob);
+  });
+}
+
+/** previewTable shows a CSV preview: the columns with their types, then the first rows. */
+function previewTable(p, { testid = 'csv-preview' } = {}) {
+  const table = h('table', { class: 'html-table csv-table' },
+    h('thead', {},
+      h('tr', {}, p.columns.map((c) => h('th', { text: c }))),
+      h('tr', { class: 'dtypes', 'data-testid': 'csv-dtypes' }, p.dtypes.map((t) => h('th', { class: `dtype dtype-${t}`, 'data-testid': 'csv-dtype', text: t })))),
+    h('tbody', {}, p.head.map((r) => h('tr', {}, p.columns.map((_, j) => h('td', { text: r[j] ?? '' }))))));
+  return h('div', { class: 'csv-preview', 'data-testid': testid },
+    h('div', { class: 'out-table' }, table),
+    h('div', { class: 'out-meta', text: `${p.columns.length} columns · first ${p.head.length} of ${p.rows >= 500 ? '500+' : p.rows} rows read` }));
+}
 const isNarrow = (px) => window.matchMedia(`(max-width: ${px}px)`).matches;
 
 // ---------------------------------------------------------------- state
@@ -82,6 +145,11 @@ const state = {
   cells: new Map(),   // conversation id ('' for new) → its code cells element
   cellHistory: [],
   historyAt: -1,
+  running: null,      // the code cell running now: {view, sandbox, contextId}
+  chatAborts: new Map(), // conversation id ('' for new) → aborts its answer being streamed
+  chatOff: '',        // why chat is unavailable ('' when it is, or not known)
+  filesPath: '/workspace',
+  filesOf: '',        // the sandbox the file list shows
 };
 
 const el = {
@@ -101,7 +169,10 @@ const el = {
   sbState: $('sandbox-state'), sbFacts: $('sandbox-facts'), focusNote: $('focus-note'),
   sbPorts: $('sandbox-ports'), sbPortList: $('sandbox-port-list'),
   actions: $('sandbox-actions'), graph: $('graph'), panelDot: $('toggle-panel-dot'),
-  filesCard: $('files-card'), fileList: $('file-list'),
+  filesCard: $('files-card'), fileList: $('file-list'), filesPath: $('files-path'), filePreview: $('file-preview'),
+  filesInput: $('files-input'), stopAnswer: $('stop-answer'), chatOff: $('chat-off'),
+  forkDialog: $('fork-dialog'), forkCount: $('fork-count'), forkNames: $('fork-names'),
+  restoreDialog: $('restore-dialog'), lightbox: $('lightbox'),
   keyDialog: $('key-dialog'), keyInput: $('key-input'),
 };
 
@@ -135,8 +206,9 @@ function banner({ title, message, kind = 'error', actions = [] }) {
 function clearBanners() { el.banners.replaceChildren(); }
 
 function toast(message, kind = '') {
-  const t = h('div', { class: `toast ${kind}`, role: 'status', text: message });
+  const t = h('div', { class: `toast ${kind}`, role: 'status', 'data-testid': 'toast', text: message });
   el.toasts.append(t);
+  while (el.toasts.children.length > 4) el.toasts.firstElementChild.remove();
   setTimeout(() => t.remove(), kind === 'error' ? 6000 : 3500);
 }
 
@@ -150,17 +222,79 @@ function showError(err, context = '') {
     openKeyDialog();
     return;
   }
+  if (status === 503 && isImageBuilding(err)) {
+    banner({ title: 'The image is still being built', message, kind: 'warn' });
+    checkHealth();
+    return;
+  }
   if (status === 503 && context === 'chat') {
-    banner({
-      title: 'No model configured',
-      message: `${message} Meanwhile, code cells run directly in the sandbox without a model.`,
-      kind: 'warn',
-      actions: [{ label: 'Use code cells', testid: 'banner-use-code', onClick: () => setMode('code') }],
-    });
+    setChatOff(message);
     return;
   }
   const titles = { chat: 'The question failed', code: 'Could not run the cell', upload: 'Upload refused', action: 'Sandbox action failed', load: 'Could not load' };
   banner({ title: titles[context] || 'Something went wrong', message });
+}
+
+const isImageBuilding = (err) => /being built|building/i.test((err && err.message) || '');
+
+// ---------------------------------------------------------------- daemon health: images, chat
+
+const MODEL_ENV = [
+  'OPENAI_API_KEY=sk-… FORKBOX_MODEL=gpt-4o-mini',
+  'ANTHROPIC_API_KEY=sk-ant-… FORKBOX_MODEL=claude-sonnet-4-5',
+  'OPENAI_BASE_URL=http://localhost:11434/v1 FORKBOX_MODEL=qwen2.5',
+];
+
+/** setChatOff says once, above the composer, that chat has no model and how to give it one; the input is disabled. */
+function setChatOff(why) {
+  if (state.chatOff) return;
+  state.chatOff = why || 'No model is configured.';
+  const lines = MODEL_ENV.map((l) => h('li', {},
+    h('code', { 'data-testid': 'model-env', text: l }),
+    copyButton(l, { label: `Copy ${l.split('=')[0]}`, testid: 'model-env-copy' })));
+  el.chatOff.replaceChildren(
+    h('div', { class: 'chat-off-text' },
+      h('strong', { text: 'Chat is unavailable: the daemon has no model.' }),
+      h('p', { class: 'chat-off-why', 'data-testid': 'chat-off-why', text: state.chatOff }),
+      h('p', { text: 'Start forkbox serve with one of these in its environment, then reload:' }),
+      h('ul', { class: 'env-lines' }, lines),
+      h('div', { class: 'chat-off-actions' },
+        copyButton(MODEL_ENV.join('\n'), { label: 'Copy all', testid: 'model-env-copy-all', cls: 'btn' }),
+        h('button', { class: 'btn', type: 'button', 'data-testid': 'chat-off-use-code', onclick: () => setMode('code') }, icon('code'), 'Use code cells'))));
+  el.chatOff.querySelector('[data-testid="model-env-copy-all"]').append(' Copy all');
+  el.chatOff.hidden = false;
+  el.question.disabled = true;
+  el.question.placeholder = 'Chat needs a model (see above); code cells work without one.';
+  updateComposer();
+}
+
+let healthTimer = 0;
+let imageBanner = null;
+
+/** checkHealth reads /healthz: chat readiness once, and an image build's progress every 2 s until it is ready. */
+async function checkHealth() {
+  clearTimeout(healthTimer);
+  const hz = await api.health();
+  if (!hz) return;
+  if (hz.chat && typeof hz.chat.ready === 'boolean' && !hz.chat.ready) setChatOff(hz.chat.why);
+  const images = Array.isArray(hz.images) ? hz.images : [];
+  const building = images.filter((i) => i.state === 'building');
+  const failed = images.filter((i) => i.state === 'failed');
+  if (building.length) {
+    const text = building.map((i) => `Building image ${i.name}${i.steps ? `: step ${i.step || 0} of ${i.steps}` : ''}…`).join(' ');
+    if (!imageBanner || !imageBanner.isConnected) {
+      imageBanner = h('div', { class: 'banner warn image-banner', role: 'status', 'data-testid': 'image-banner' },
+        h('div', { class: 'banner-body' }, h('strong', { text: 'Preparing the sandbox image' }), h('span', { 'data-testid': 'image-banner-text' })));
+      el.banners.prepend(imageBanner);
+    }
+    imageBanner.querySelector('[data-testid="image-banner-text"]').textContent = `${text} Sandboxes can start once it is ready.`;
+    healthTimer = setTimeout(checkHealth, 2000);
+  } else if (imageBanner) {
+    imageBanner.remove();
+    imageBanner = null;
+    if (!failed.length) toast('The sandbox image is ready');
+  }
+  for (const f of failed) banner({ title: `Image ${f.name} failed to build`, message: f.error || 'see the daemon log' });
 }
 
 // ---------------------------------------------------------------- drawers and tabs
@@ -288,6 +422,7 @@ function showThreads() {
   el.messages.append(thread);
   el.cells.append(cells);
   updateEmpty();
+  updateComposer();
   scrollToEnd(el.chatScroller, true);
   scrollToEnd(el.codeScroller, true);
 }
@@ -333,9 +468,9 @@ async function selectConversation(id) {
       thread.replaceChildren(...(conv.turns || []).flatMap(renderTurn));
     }
     state.files.set(id, conv.files || []);
-    renderFiles();
     showThreads();
     setFocus(conv.sandbox);
+    loadCells(conv);
   } catch (err) {
     if (err instanceof ApiError && err.status === 404) {
       toast('That conversation no longer exists', 'error');
@@ -403,9 +538,39 @@ function imageEl(src, alt, testid, cls = 'out-image') {
   return img;
 }
 
+let chartSeq = 0;
+
+/** openLightbox shows an image full size, with a download link. */
+function openLightbox(src, name, caption) {
+  const img = $('lightbox-image');
+  img.src = src;
+  img.alt = caption || name;
+  $('lightbox-caption').textContent = caption || name;
+  const a = $('lightbox-download');
+  a.href = src;
+  a.download = name;
+  if (typeof el.lightbox.showModal === 'function') el.lightbox.showModal();
+  else el.lightbox.setAttribute('open', '');
+}
+
+/** chartFigure wraps an image with buttons to open it full size and download it. */
+function chartFigure(img, src, { name, caption, ext = 'png' } = {}) {
+  const file = name || `chart-${++chartSeq}.${ext}`;
+  const open = h('button', { class: 'icon-btn small', type: 'button', title: 'Open full size', 'aria-label': 'Open full size', 'data-testid': 'chart-open' }, icon('expand'));
+  open.addEventListener('click', () => openLightbox(src, file, caption));
+  img.addEventListener('click', () => openLightbox(src, file, caption));
+  img.classList.add('zoomable');
+  const dl = h('a', { class: 'icon-btn small', href: src, download: file, title: `Download ${file}`, 'aria-label': `Download ${file}`, 'data-testid': 'chart-download' }, icon('download'));
+  return h('figure', { class: 'chart-figure' }, img,
+    h('figcaption', {}, h('span', { class: 'chart-name', text: caption || file }), h('span', { class: 'chart-tools' }, open, dl)));
+}
+
 function renderResult(r) {
   if (!r || typeof r !== 'object') return null;
-  if (r.png) return imageEl(`data:image/png;base64,${r.png}`, 'Chart drawn by the code', 'result-image');
+  if (r.png) {
+    const src = `data:image/png;base64,${r.png}`;
+    return chartFigure(imageEl(src, 'Chart drawn by the code', 'result-image'), src);
+  }
   if (r.jpeg) return imageEl(`data:image/jpeg;base64,${r.jpeg}`, 'Image drawn by the code', 'result-image');
   if (r.svg) return imageEl(`data:image/svg+xml;charset=utf-8,${encodeURIComponent(r.svg)}`, 'Image drawn by the code', 'result-image');
   if (r.html) {
@@ -482,8 +647,13 @@ function fileChip(f, { removable = false, onRemove } = {}) {
 }
 
 function userMessage(question, files = []) {
+  const previews = files.filter((f) => f.preview && f.preview.columns.length).map((f) =>
+    h('details', { class: 'csv-details', open: true, 'data-testid': 'chat-csv-preview' },
+      h('summary', { text: `${f.name}: first rows and column types` }),
+      previewTable(f.preview)));
   return h('div', { class: 'msg msg-user', 'data-testid': 'user-message' },
     files.length ? h('div', { class: 'file-chips' }, files.map((f) => fileChip(f))) : null,
+    previews.length ? h('div', { class: 'csv-previews' }, previews) : null,
     h('div', { class: 'bubble', text: question }));
 }
 
@@ -514,9 +684,12 @@ function stepView(index, code, round) {
 function chartsView(images) {
   if (!images || !images.length) return null;
   return h('div', { class: 'charts', 'data-testid': 'charts' },
-    images.map((img, i) => h('figure', { class: 'chart-figure' },
-      imageEl(`data:image/png;base64,${img.png_base64}`, `Chart ${i + 1}: ${img.file_name || 'chart'}`, 'chart-image', 'chart'),
-      h('figcaption', { text: img.file_name || `chart-${i + 1}.png` }))));
+    images.map((img, i) => {
+      const src = `data:image/png;base64,${img.png_base64}`;
+      const name = (img.file_name || `chart-${i + 1}.png`).replace(/^.*\//, '');
+      return chartFigure(imageEl(src, `Chart ${i + 1}: ${img.file_name || 'chart'}`, 'chart-image', 'chart'), src,
+        { name: /\.png$/i.test(name) ? name : `${name}.png`, caption: img.file_name || `chart-${i + 1}.png` });
+    }));
 }
 
 function answerView(text) {
@@ -699,6 +872,17 @@ class LiveAnswer {
     this.status.textContent = `just now${n ? ` · ${n} step${n > 1 ? 's' : ''}` : ''}`;
   }
 
+  stop() {
+    if (this.finished) return;
+    this.closeText();
+    this.thinking.remove();
+    this.body.append(h('div', { class: 'note', 'data-testid': 'assistant-stopped', text: 'Stopped. The model\'s turn was cancelled.' }));
+    this.finished = true;
+    this.root.dataset.state = 'stopped';
+    this.status.textContent = 'stopped';
+    follow();
+  }
+
   fail(message, code) {
     this.closeText();
     this.thinking.remove();
@@ -749,6 +933,12 @@ function addFiles(fileList) {
     const p = { file, status: 'uploading' };
     p.el = pendingChip(p);
     state.pending.push(p);
+    // The CSV's head and column types, read here from the file's start.
+    if (isCSV(file.name, file.type)) {
+      p.parsed = file.slice(0, 256 * 1024).text()
+        .then((text) => { p.preview = previewCSV(text, { complete: file.size <= 256 * 1024 }); })
+        .catch(() => {});
+    }
     const convAtUpload = convKey();
     p.promise = api.upload(file, state.conv ? state.conv.id : '').then((uploaded) => {
       p.status = 'ready';
@@ -771,12 +961,209 @@ function addFiles(fileList) {
   el.question.focus({ preventScroll: true });
 }
 
-function renderFiles() {
-  const files = state.files.get(convKey()) || [];
-  el.filesCard.hidden = files.length === 0;
-  el.fileList.replaceChildren(...files.map((f) => h('li', { 'data-testid': 'file-item' },
-    h('code', { text: `/workspace/${f.name}` }),
-    h('span', { text: f.columns ? `${fmtInt(f.rows)} × ${f.columns.length}` : bytes(f.size_bytes) }))));
+function renderFiles() { refreshFiles(); }
+
+// ---------------------------------------------------------------- the /workspace browser
+
+const TEXT_EXT = /\.(txt|md|py|json|ya?ml|toml|ini|cfg|log|sh|js|ts|html|css|xml|sql|r|ipynb|tsv|csv)$/i;
+const IMAGE_EXT = { png: 'image/png', jpg: 'image/jpeg', jpeg: 'image/jpeg', gif: 'image/gif', webp: 'image/webp', svg: 'image/svg+xml' };
+const PREVIEW_MAX = 256 * 1024;
+let filesSeq = 0;
+
+const parentOf = (p) => (p === '/' ? '/' : p.replace(/\/[^/]+\/?$/, '') || '/');
+const joinPath = (dir, name) => `${dir.replace(/\/+$/, '')}/${name}`;
+
+/** refreshFiles lists the shown folder of the shown sandbox. */
+async function refreshFiles() {
+  const id = state.focus || homeSandbox();
+  const seq = ++filesSeq;
+  if (state.filesOf !== id) {
+    state.filesOf = id;
+    state.filesPath = '/workspace';
+    el.filePreview.hidden = true;
+  }
+  el.filesPath.textContent = state.filesPath;
+  $('files-up').disabled = state.filesPath === '/workspace' || state.filesPath === '/';
+  $('files-upload').disabled = !id;
+  if (!id) {
+    el.fileList.replaceChildren(h('li', { class: 'muted file-empty', text: 'The sandbox\'s files show here once it exists.' }));
+    return;
+  }
+  if (state.sandbox && state.sandbox.id === id && state.sandbox.state === 'terminated') {
+    el.fileList.replaceChildren(h('li', { class: 'muted file-empty', text: 'The sandbox is terminated.' }));
+    return;
+  }
+  try {
+    const res = await api.listFiles(id, state.filesPath);
+    if (seq !== filesSeq) return;
+    const entries = ((res && res.entries) || []).slice().sort((x, y) =>
+      (x.type === 'dir' ? 0 : 1) - (y.type === 'dir' ? 0 : 1) || x.name.localeCompare(y.name));
+    if (!entries.length) {
+      el.fileList.replaceChildren(h('li', { class: 'muted file-empty', 'data-testid': 'files-empty', text: 'No files here yet. Upload one, or write files from code.' }));
+      return;
+    }
+    el.fileList.replaceChildren(...entries.map((e) => fileRow(id, e)));
+  } catch (err) {
+    if (seq !== filesSeq) return;
+    el.fileList.replaceChildren(h('li', { class: 'muted file-empty', text: `Could not list ${state.filesPath}: ${err.message}` }));
+  }
+}
+
+function fileRow(id, e) {
+  const path = e.path || joinPath(state.filesPath, e.name);
+  const dir = e.type === 'dir';
+  const open = h('button', { class: 'file-open', type: 'button', title: dir ? `Open ${path}` : `Preview ${path}`, 'data-testid': 'file-open' },
+    icon(dir ? 'folder' : 'file'), h('span', { class: 'file-name', text: e.name }));
+  open.addEventListener('click', () => {
+    if (dir) { state.filesPath = path; el.filePreview.hidden = true; refreshFiles(); } else previewFile(id, path, e);
+  });
+  const tools = [];
+  if (!dir && e.type === 'file') {
+    tools.push(h('button', { class: 'icon-btn small', type: 'button', title: `Download ${e.name}`, 'aria-label': `Download ${e.name}`, 'data-testid': 'file-download', onclick: () => downloadFile(id, path, e.name) }, icon('download')));
+  }
+  const del = h('button', { class: 'icon-btn small', type: 'button', title: `Delete ${e.name}`, 'aria-label': `Delete ${e.name}`, 'data-testid': 'file-delete' }, icon('trash'));
+  let timer = 0;
+  del.addEventListener('click', async () => {
+    if (!del.classList.contains('confirming')) {
+      del.classList.add('confirming');
+      del.title = 'Click again to delete';
+      timer = setTimeout(() => { del.classList.remove('confirming'); del.title = `Delete ${e.name}`; }, 3000);
+      return;
+    }
+    clearTimeout(timer);
+    try {
+      await api.removeFile(id, path, dir);
+      toast(`Deleted ${e.name}`);
+      if (el.filePreview.dataset.path === path) el.filePreview.hidden = true;
+    } catch (err) { showError(err, 'action'); }
+    refreshFiles();
+  });
+  tools.push(del);
+  return h('li', { class: 'file-row', 'data-testid': 'file-item', 'data-name': e.name, 'data-type': e.type },
+    open, h('span', { class: 'file-size', text: dir ? '' : bytes(e.size) }), h('span', { class: 'file-tools' }, tools));
+}
+
+async function downloadFile(id, path, name) {
+  try {
+    const { blob } = await api.readFile(id, path);
+    saveBlob(blob, name);
+  } catch (err) { showError(err, 'action'); }
+}
+
+/** previewFile shows a file under the list: a CSV as a table with its column types, an image, or text. */
+async function previewFile(id, path, e) {
+  const p = el.filePreview;
+  p.hidden = false;
+  p.dataset.path = path;
+  const head = h('div', { class: 'file-preview-head' },
+    h('code', { text: e.name }),
+    h('button', { class: 'icon-btn small', type: 'button', 'aria-label': 'Close the preview', onclick: () => { p.hidden = true; } }, icon('x')));
+  p.replaceChildren(head, h('p', { class: 'muted', text: 'Loading…' }));
+  try {
+    const ext = (/\.([^.]+)$/.exec(e.name) || [])[1] || '';
+    const { blob } = await api.readFile(id, path);
+    if (p.dataset.path !== path) return;
+    let body;
+    if (IMAGE_EXT[ext.toLowerCase()]) {
+      const url = await blobToDataURL(new Blob([blob], { type: IMAGE_EXT[ext.toLowerCase()] }));
+      body = h('img', { class: 'out-image', src: url, alt: e.name, 'data-testid': 'file-preview-image' });
+    } else {
+      const part = blob.size > PREVIEW_MAX ? blob.slice(0, PREVIEW_MAX) : blob;
+      const text = await part.text();
+      if (isCSV(e.name) || /\.tsv$/i.test(e.name)) {
+        body = previewTable(previewCSV(text, { headRows: 10, complete: blob.size <= PREVIEW_MAX }), { testid: 'file-csv-preview' });
+      } else if (TEXT_EXT.test(e.name) || !/[\u0000-\u0008\u000e-\u001f]/.test(text.slice(0, 4096))) {
+        body = h('pre', { class: 'out-text', 'data-testid': 'file-preview-text', text: text + (blob.size > PREVIEW_MAX ? '\n…' : '') });
+      } else {
+        body = h('p', { class: 'muted', text: `A binary file of ${bytes(blob.size)}: download it to open it.` });
+      }
+    }
+    p.replaceChildren(head, body);
+  } catch (err) {
+    p.replaceChildren(head, h('p', { class: 'msg-error', text: err.message }));
+  }
+}
+
+/** uploadToWorkspace writes the chosen files into the shown folder. */
+async function uploadToWorkspace(files) {
+  const id = state.focus || homeSandbox();
+  if (!id) return;
+  for (const f of files) {
+    try {
+      await api.writeFile(id, joinPath(state.filesPath, f.name), f);
+      toast(`Uploaded ${f.name} to ${state.filesPath}`);
+    } catch (err) { showError(err, 'upload'); }
+  }
+  await refreshFiles();
+  const last = files[files.length - 1];
+  if (last && files.length === 1) previewFile(id, joinPath(state.filesPath, last.name), { name: last.name, size: last.size, type: 'file' });
+}
+
+// ---------------------------------------------------------------- notebooks: export and import
+
+async function exportNotebook(kind) {
+  try {
+    let res;
+    if (kind === 'conversation') {
+      if (!state.conv) { toast('Start a conversation first'); return; }
+      res = await api.conversationNotebook(state.conv.id);
+    } else {
+      const id = state.focus || homeSandbox();
+      if (!id) { toast('No sandbox yet'); return; }
+      res = await api.sandboxNotebook(id);
+    }
+    const fallback = `${kind === 'conversation' ? state.conv.id : (state.focus || homeSandbox())}.ipynb`;
+    saveBlob(res.blob, res.name || fallback);
+  } catch (err) { showError(err, 'action'); }
+}
+
+/** importNotebook runs an .ipynb's code cells in the shown sandbox, showing each as it finishes. */
+async function importNotebook(file) {
+  if (state.codeBusy) { toast('A cell is running: stop it or wait'); return; }
+  const text = await file.text();
+  try { JSON.parse(text); } catch { banner({ title: 'Not a notebook', message: `${file.name} is not JSON.` }); return; }
+  let conv;
+  try {
+    conv = await ensureConversation(`Notebook: ${file.name}`);
+  } catch (err) { showError(err, 'code'); return; }
+  setMode('code');
+  const target = state.focus || conv.sandbox;
+  const box = cellsFor(conv.id);
+  const note = h('div', { class: 'note import-note', 'data-testid': 'import-status', text: `Running ${file.name}…` });
+  box.append(note);
+  updateEmpty();
+  state.codeBusy = true;
+  updateComposer();
+  let ran = 0;
+  const show = (c) => { box.insertBefore(storedCell({ ...c, sandbox: c.sandbox || target }), note); ran++; scrollToEnd(el.codeScroller); };
+  try {
+    await api.importNotebook(target, text, (name, d) => {
+      if (name === 'cell' && d) show(d);
+      else if (name === 'done' && d) {
+        note.textContent = `${file.name}: ran ${d.ran} of ${d.total} code cells${d.stopped ? ', stopped at the first error' : ''}.`;
+        note.dataset.state = d.stopped ? 'stopped' : 'done';
+      } else if (name === 'failure') {
+        note.textContent = `${file.name}: ${(d && d.message) || 'the import failed'}`;
+        note.className = 'note error import-note';
+        note.dataset.state = 'error';
+      } else if (name === 'json' && d) {
+        for (const c of d.cells || []) show(c);
+        note.textContent = `${file.name}: ran ${d.ran} of ${d.total} code cells${d.stopped ? ', stopped at the first error' : ''}.`;
+        note.dataset.state = d.stopped ? 'stopped' : 'done';
+      }
+    }, { contentType: 'application/x-ipynb+json' });
+    if (!note.dataset.state) { note.textContent = `${file.name}: ran ${ran} cells; the stream ended early.`; note.dataset.state = 'error'; }
+  } catch (err) {
+    note.textContent = `${file.name}: ${err.message}`;
+    note.className = 'note error import-note';
+    note.dataset.state = 'error';
+    if (err instanceof ApiError && (err.status === 401 || err.status === 503)) showError(err, 'code');
+  } finally {
+    state.codeBusy = false;
+    updateComposer();
+    refreshSandbox(true);
+    refreshFiles();
+  }
 }
 
 async function sendQuestion() {
@@ -796,6 +1183,7 @@ async function sendQuestion() {
   const files = state.pending.filter((p) => p.status === 'ready');
   state.pending = state.pending.filter((p) => p.status === 'uploading');
   renderPending();
+  await Promise.allSettled(files.map((p) => p.parsed));
 
   const thread = threadFor(key);
   const live = new LiveAnswer((d) => {
@@ -807,7 +1195,7 @@ async function sendQuestion() {
       setFocus(d.sandbox);
     }
   });
-  thread.append(userMessage(question, files.map((p) => p.uploaded)), live.root);
+  thread.append(userMessage(question, files.map((p) => ({ ...p.uploaded, preview: p.preview }))), live.root);
   updateEmpty();
   scrollToEnd(el.chatScroller, true);
   el.question.value = '';
@@ -819,16 +1207,31 @@ async function sendQuestion() {
   const body = { question };
   if (state.conv) body.conversation_id = state.conv.id;
   if (files.length) body.file_ids = files.map((p) => p.uploaded.id);
+  const abort = new AbortController();
+  state.chatAborts.set(key, abort);
+  updateComposer();
   try {
     await api.chat(body, (name, data) => {
       live.handle(name, data);
-      if (name === 'conversation' && streamKey === '' && state.conv) streamKey = state.conv.id;
+      if (name === 'conversation' && streamKey === '' && state.conv) {
+        streamKey = state.conv.id;
+        state.chatAborts.set(streamKey, abort);
+        updateComposer();
+      }
       if (name === 'error') showError(new ApiError(0, data && data.code, data && data.message), 'chat');
-    });
+    }, { signal: abort.signal });
     if (!live.finished) live.fail('The answer stream ended early (the daemon may have restarted).');
   } catch (err) {
-    live.fail(err.message, err.code);
-    showError(err, 'chat');
+    if (err && err.name === 'AbortError') {
+      live.stop();
+    } else if (err instanceof ApiError && err.status === 503 && !isImageBuilding(err)) {
+      // No model: the notice above the composer explains it once.
+      live.fail('Chat is unavailable: the daemon has no model (see the note above the question box).', err.code);
+      showError(err, 'chat');
+    } else {
+      live.fail(err.message, err.code);
+      showError(err, 'chat');
+    }
     // A refused question keeps its files for the next try.
     if (files.length) {
       for (const p of files) p.el = pendingChip(p);
@@ -836,29 +1239,36 @@ async function sendQuestion() {
       renderPending();
     }
   } finally {
+    for (const k of [key, streamKey]) if (state.chatAborts.get(k) === abort) state.chatAborts.delete(k);
     state.streaming.delete(streamKey);
     state.streaming.delete(key);
     updateComposer();
     loadConversations();
     if (state.conv && state.conv.id === streamKey) {
-      // The title and files may have changed with the question.
+      // The title and files may have changed with the question, and the
+      // model's steps are cells of the notebook now.
       api.getConversation(streamKey).then((c) => {
         if (state.conv && state.conv.id === c.id) {
-          state.conv = { ...state.conv, ...c, turns: undefined };
+          state.conv = { ...state.conv, ...c, turns: undefined, cells: undefined };
           renderHeader();
-          if (c.files) { state.files.set(c.id, c.files); renderFiles(); }
+          if (c.files) state.files.set(c.id, c.files);
           if (c.sandbox && c.sandbox !== homeSandbox()) setFocus(c.sandbox);
+          loadCells(c);
         }
       }).catch(() => {});
     }
     refreshSandbox(true);
+    refreshFiles();
   }
 }
 
 function updateComposer() {
   const busy = state.streaming.has(convKey());
-  el.send.disabled = busy;
-  el.send.classList.toggle('busy', busy);
+  const stoppable = busy && state.chatAborts.has(convKey());
+  el.send.disabled = busy || !!state.chatOff;
+  el.send.hidden = stoppable;
+  el.stopAnswer.hidden = !stoppable;
+  el.send.classList.toggle('busy', busy && !stoppable);
   el.run.disabled = state.codeBusy;
   el.run.classList.toggle('busy', state.codeBusy);
 }
@@ -880,9 +1290,154 @@ function renderCodeTarget() {
   el.codeTarget.replaceChildren(...parts);
 }
 
+/**
+ * cellView builds one notebook cell: its head (count, who ran it, where,
+ * status, tools), its highlighted code and its output. c: {code, source
+ * ('user'|'model'), sandbox, id, seq, execution, contextId}.
+ */
+function cellView(c) {
+  const status = statusPill('running', 'running…');
+  const count = h('span', { class: 'cell-count', text: '[*]' });
+  const out = h('div', { class: 'output', 'data-testid': 'cell-output' });
+  const code = h('code', {});
+  highlight(code, c.code || '');
+  const pre = h('pre', { class: 'code-block', 'data-testid': 'cell-code' }, code);
+  const stop = h('button', { class: 'btn btn-small stop-cell', type: 'button', 'data-testid': 'cell-stop', title: 'Interrupt the kernel (Esc)', hidden: true }, icon('stop'), 'Stop');
+  const edit = h('button', { class: 'icon-btn small', type: 'button', title: 'Edit and run as a new cell', 'aria-label': 'Edit', 'data-testid': 'cell-edit' }, icon('edit'));
+  const rerun = h('button', { class: 'icon-btn small', type: 'button', title: 'Run again as a new cell', 'aria-label': 'Run again', 'data-testid': 'cell-rerun' }, icon('refresh'));
+  const home = homeSandbox();
+  const where = c.sandbox && home && c.sandbox !== home ? `in fork ${shortId(c.sandbox)}` : '';
+  const root = h('div', {
+    class: `cell${c.source === 'model' ? ' cell-model' : ''}`, 'data-testid': 'code-cell', 'data-state': 'running',
+    'data-sandbox': c.sandbox || '', 'data-source': c.source || 'user', 'data-cell-id': c.id || null,
+  },
+  h('div', { class: 'cell-head' }, count,
+    c.source === 'model' ? h('span', { class: 'cell-source', 'data-testid': 'cell-source', title: 'The chat\'s model ran this step', text: 'model' }) : null,
+    where ? h('span', { text: where }) : null,
+    status,
+    h('span', { class: 'cell-tools' }, stop, copyButton(() => view.code, { label: 'Copy the code', testid: 'cell-copy' }), edit, rerun)),
+  pre, out);
+  const view = {
+    root, out, count, code: c.code || '', contextId: c.contextId || '', sandbox: c.sandbox || '',
+    setStatus(node) { status.replaceWith(node); },
+    setRunning(on) { stop.hidden = !on; edit.disabled = on; rerun.disabled = on; root.dataset.state = on ? 'running' : root.dataset.state; },
+    finish(exec) {
+      renderExecution(out, exec);
+      count.textContent = `[${exec && exec.execution_count ? exec.execution_count : ' '}]`;
+      if (exec && exec.context_id) view.contextId = exec.context_id;
+      const pill = execStatus(exec);
+      status.replaceWith(pill);
+      view.setStatus = (node) => pill.replaceWith(node);
+      stop.hidden = true; edit.disabled = false; rerun.disabled = false;
+      root.dataset.state = exec && exec.error ? 'error' : 'done';
+      if (exec && exec.error && exec.error.name === 'KeyboardInterrupt') root.dataset.interrupted = 'true';
+    },
+    fail(text) {
+      // What streamed before the failure stays.
+      out.append(h('div', { class: 'msg-error', 'data-testid': 'cell-failure', text }));
+      const pill = statusPill('failed', 'failed');
+      status.replaceWith(pill);
+      stop.hidden = true; edit.disabled = false; rerun.disabled = false;
+      root.dataset.state = 'error';
+    },
+  };
+  stop.addEventListener('click', () => interruptCell(view));
+  rerun.addEventListener('click', () => runCode(view.code));
+  edit.addEventListener('click', () => editCell(view, pre));
+  return view;
+}
+
+/** editCell turns a cell's code into an editor; running it makes a new cell. */
+function editCell(view, pre) {
+  if (view.root.querySelector('.cell-editor')) return;
+  const ta = h('textarea', { class: 'cell-editor mono', rows: String(Math.min(20, view.code.split('\n').length + 1)), spellcheck: 'false', 'data-testid': 'cell-editor' });
+  ta.value = view.code;
+  const done = () => { box.remove(); pre.hidden = false; };
+  const run = () => {
+    const code = ta.value;
+    if (!code.trim() || state.codeBusy) { if (state.codeBusy) toast('A cell is running: stop it or wait'); return; }
+    done();
+    runCode(code);
+  };
+  const box = h('div', { class: 'cell-edit' }, ta,
+    h('div', { class: 'cell-edit-actions' },
+      h('button', { class: 'btn', type: 'button', onclick: done, text: 'Cancel' }),
+      h('button', { class: 'btn btn-primary', type: 'button', 'data-testid': 'cell-edit-run', onclick: run }, icon('play'), 'Run as new cell')));
+  ta.addEventListener('keydown', (e) => {
+    if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) { e.preventDefault(); run(); } else if (e.key === 'Escape') { e.preventDefault(); e.stopPropagation(); done(); } else if (e.key === 'Tab' && !e.shiftKey) {
+      e.preventDefault();
+      ta.setRangeText('    ', ta.selectionStart, ta.selectionEnd, 'end');
+    }
+  });
+  pre.hidden = true;
+  pre.after(box);
+  ta.focus();
+}
+
+/** interruptCell interrupts the kernel context a running cell runs in (its id, else the sandbox's default python context). */
+async function interruptCell(view) {
+  if (!view || view.root.dataset.state !== 'running') return;
+  view.root.dataset.interrupting = 'true';
+  try {
+    let ctx = view.contextId;
+    if (!ctx) {
+      const list = await api.listContexts(view.sandbox);
+      const def = ((list && list.contexts) || []).find((x) => x.default && x.language === 'python');
+      if (!def) throw new Error('the sandbox has no default python context');
+      ctx = def.id;
+    }
+    await api.interrupt(view.sandbox, ctx);
+    toast('Interrupted: the kernel keeps its variables');
+  } catch (err) {
+    showError(err, 'code');
+  }
+}
+
+/** storedCell renders a cell the server recorded (GET …/cells). */
+function storedCell(c) {
+  const v = cellView({
+    code: c.code, source: c.source, sandbox: c.sandbox, id: c.id, seq: c.seq,
+    contextId: c.context_id || (c.execution && c.execution.context_id) || '',
+  });
+  v.finish(c.execution);
+  return v.root;
+}
+
+/**
+ * loadCells shows the notebook of a conversation: its sandbox's cells, the
+ * user's and the model's, oldest first (conv.cells, else GET …/cells).
+ * Cells run in forks from this page stay after them.
+ */
+async function loadCells(conv) {
+  if (!conv || !conv.id) return;
+  let cells = conv.cells;
+  if (!Array.isArray(cells) && conv.sandbox) {
+    try {
+      const res = await api.listCells(conv.sandbox);
+      cells = res && res.cells;
+    } catch { cells = null; }
+  }
+  if (!Array.isArray(cells)) return; // a daemon without recorded cells: keep what is shown
+  const box = cellsFor(conv.id);
+  if (state.running && box.contains(state.running.root)) return; // not while one runs here
+  const forks = [...box.children].filter((e) => e.dataset.sandbox && e.dataset.sandbox !== conv.sandbox);
+  box.replaceChildren(...cells.map(storedCell), ...forks);
+  if (!state.cellHistory.length) state.cellHistory = cells.filter((c) => c.source !== 'model').map((c) => c.code);
+  updateEmpty();
+  if (convKey() === conv.id) scrollToEnd(el.codeScroller, true);
+}
+
+/** runCell runs what the code editor holds. */
 async function runCell() {
   const code = el.codeInput.value;
   if (!code.trim() || state.codeBusy) return;
+  await runCode(code, { fromEditor: true });
+}
+
+/** runCode runs code as a new cell in the shown sandbox, streaming its output. */
+async function runCode(code, { fromEditor = false } = {}) {
+  if (!code.trim()) return false;
+  if (state.codeBusy) { toast('A cell is running: stop it (Esc) or wait'); return false; }
   state.codeBusy = true;
   updateComposer();
   let conv;
@@ -893,26 +1448,26 @@ async function runCell() {
     state.codeBusy = false;
     updateComposer();
     showError(err, 'code');
-    return;
+    return false;
   }
+  if (state.mode !== 'code') setMode('code');
   const target = state.focus || conv.sandbox;
   state.cellHistory.push(code);
   state.historyAt = -1;
-  el.codeInput.value = '';
-  autosize(el.codeInput);
+  if (fromEditor) {
+    el.codeInput.value = '';
+    autosize(el.codeInput);
+  }
 
-  const status = statusPill('running', 'running…');
-  const count = h('span', { class: 'cell-count', text: '[*]' });
-  const out = h('div', { class: 'output', 'data-testid': 'cell-output' });
-  const cell = h('div', { class: 'cell', 'data-testid': 'code-cell', 'data-state': 'running', 'data-sandbox': target },
-    h('div', { class: 'cell-head' }, count, h('span', { text: target === conv.sandbox ? '' : `in fork ${shortId(target)}` }), status),
-    h('pre', { class: 'code-block', 'data-testid': 'cell-code' }, h('code', { text: code })),
-    out);
+  const view = cellView({ code, source: 'user', sandbox: target });
+  view.setRunning(true);
+  const { root: cell, out } = view;
+  state.running = view;
   const cells = cellsFor(conv.id);
   cells.append(cell);
   updateEmpty();
   scrollToEnd(el.codeScroller, true);
-  const setStatus = (node) => { status.replaceWith(node); };
+  const fail = (text) => view.fail(text);
   let done = false;
   try {
     await api.runCode(target, code, (name, d) => {
@@ -923,37 +1478,30 @@ async function runCell() {
         case 'error': liveOutput(out, 'error', d); break;
         case 'done': case 'json':
           done = true;
-          renderExecution(out, d);
-          count.textContent = `[${d && d.execution_count ? d.execution_count : ' '}]`;
-          setStatus(execStatus(d));
-          cell.dataset.state = d && d.error ? 'error' : 'done';
+          view.finish(d);
           break;
         case 'failure':
           done = true;
-          out.append(h('div', { class: 'msg-error', 'data-testid': 'cell-failure', text: (d && d.message) || 'the run failed' }));
-          setStatus(statusPill('failed', 'failed'));
-          cell.dataset.state = 'error';
+          fail((d && d.message) || 'the run failed');
           break;
         default: break;
       }
       scrollToEnd(el.codeScroller);
     });
-    if (!done) {
-      out.append(h('div', { class: 'msg-error', 'data-testid': 'cell-failure', text: 'The output stream ended early.' }));
-      setStatus(statusPill('failed', 'failed'));
-      cell.dataset.state = 'error';
-    }
+    if (!done) fail('The output stream ended early.');
   } catch (err) {
-    out.append(h('div', { class: 'msg-error', 'data-testid': 'cell-failure', text: err.message }));
-    setStatus(statusPill('failed', 'failed'));
-    cell.dataset.state = 'error';
+    fail(err.message);
     if (err instanceof ApiError && err.status === 401) showError(err);
+    else if (err instanceof ApiError && err.status === 503) showError(err, 'code');
   } finally {
+    if (state.running === view) state.running = null;
     state.codeBusy = false;
     updateComposer();
     scrollToEnd(el.codeScroller);
     refreshSandbox(true);
+    refreshFiles();
   }
+  return true;
 }
 
 // ---------------------------------------------------------------- the sandbox panel
@@ -968,6 +1516,7 @@ function setFocus(id) {
   if (changed) state.sandbox = null;
   renderSandbox();
   renderCodeTarget();
+  if (changed) refreshFiles();
   if (state.focus) refreshSandbox(true);
   else el.graph.replaceChildren(h('p', { class: 'graph-empty', text: 'The tree appears once the sandbox exists.' }));
 }
@@ -1092,10 +1641,11 @@ async function refreshGraph() {
     renderGraph(el.graph, root, {
       current: state.focus || home,
       home,
-      onSelect: (id) => {
+      onSelect: (id, label) => {
         setFocus(id);
-        toast(id === homeSandbox() ? 'Back to the conversation\'s sandbox' : `Code cells now run in fork ${shortId(id)}`);
+        toast(id === homeSandbox() ? 'Back to the conversation\'s sandbox' : `Code cells now run in ${label || 'the fork'} (${shortId(id)})`);
       },
+      onSnapshot: (id, sn) => askRestore(id, sn),
     });
   } catch (err) {
     if (seq === graphSeq) el.graph.replaceChildren(h('p', { class: 'graph-empty', text: `Could not load the tree: ${err.message}` }));
@@ -1141,9 +1691,11 @@ async function sandboxAction(action, button) {
         break;
       }
       case 'fork': {
-        const res = await api.fork(id, 2);
+        const ask = await askFork();
+        if (!ask) break;
+        const res = await api.fork(id, ask.count, ask.names);
         const n = (res && res.sandboxes && res.sandboxes.length) || 0;
-        toast(`Forked into ${n} sandbox${n === 1 ? '' : 'es'}: ${(res.sandboxes || []).map((s) => shortId(s.id)).join(', ')}`);
+        toast(`Forked into ${n} sandbox${n === 1 ? '' : 'es'}: ${(res.sandboxes || []).map((s) => s.name || shortId(s.id)).join(', ')}`);
         break;
       }
       case 'terminate':
@@ -1160,6 +1712,57 @@ async function sandboxAction(action, button) {
     if (action === 'terminate' && id !== homeSandbox() && homeSandbox()) setFocus(homeSandbox());
     else { renderSandbox(); await refreshSandbox(true); }
   }
+}
+
+// ---------------------------------------------------------------- fork and restore dialogs
+
+/** askFork asks how many forks and their names; null when cancelled. */
+function askFork() {
+  const d = el.forkDialog;
+  const renderNames = () => {
+    const n = Math.max(1, Math.min(8, Number(el.forkCount.value) || 1));
+    const old = [...el.forkNames.querySelectorAll('input')].map((i) => i.value);
+    el.forkNames.replaceChildren(...Array.from({ length: n }, (_, i) => {
+      const input = h('input', { type: 'text', id: `fork-name-${i}`, placeholder: `fork-${i + 1}`, 'data-testid': 'fork-name', maxlength: '63', autocomplete: 'off', spellcheck: 'false' });
+      input.value = old[i] || '';
+      return h('div', { class: 'fork-name' }, h('label', { for: `fork-name-${i}`, text: `Name of fork ${i + 1} (optional)` }), input);
+    }));
+  };
+  el.forkCount.value = '2';
+  el.forkNames.replaceChildren();
+  renderNames();
+  el.forkCount.oninput = renderNames;
+  return new Promise((resolve) => {
+    d.onclose = () => {
+      d.onclose = null;
+      if (d.returnValue !== 'fork') { resolve(null); return; }
+      const count = Math.max(1, Math.min(8, Number(el.forkCount.value) || 1));
+      const names = [...el.forkNames.querySelectorAll('input')].map((i) => i.value.trim());
+      // Names are all or none: a blank one gets a unique name of its own.
+      const tag = Math.random().toString(36).slice(2, 6);
+      resolve({ count, names: names.some(Boolean) ? names.map((n, i) => n || `fork-${i + 1}-${tag}`) : [] });
+    };
+    d.returnValue = '';
+    d.showModal();
+    el.forkCount.focus();
+  });
+}
+
+/** askRestore offers to start a new sandbox from a snapshot, then shows it. */
+function askRestore(id, sn) {
+  $('restore-text').textContent = `A new sandbox starts from ${sn && sn.type === 'filesystem' ? 'filesystem' : 'memory'} snapshot ${shortId(id)}${sn && sn.name ? ` (${sn.name})` : ''}${sn && sn.type !== 'filesystem' ? ', with the memory it had: variables included' : ''}. The conversation's sandbox is not changed.`;
+  const d = el.restoreDialog;
+  d.returnValue = '';
+  d.onclose = async () => {
+    d.onclose = null;
+    if (d.returnValue !== 'restore') return;
+    try {
+      const sb = await api.restore(id);
+      toast(`Started ${shortId(sb.id)} from snapshot ${shortId(id)}`);
+      setFocus(sb.id);
+    } catch (err) { showError(err, 'action'); }
+  };
+  d.showModal();
 }
 
 // ---------------------------------------------------------------- API key dialog
@@ -1180,8 +1783,32 @@ function wire() {
   el.backdrop.addEventListener('click', closeDrawers);
   for (const b of document.querySelectorAll('[data-close-drawer]')) b.addEventListener('click', closeDrawers);
   document.addEventListener('keydown', (e) => {
-    if (e.key === 'Escape' && (el.sidebar.classList.contains('open') || el.panel.classList.contains('open'))) closeDrawers();
+    if (e.key !== 'Escape' || document.querySelector('dialog[open]')) return;
+    if (el.sidebar.classList.contains('open') || el.panel.classList.contains('open')) { closeDrawers(); return; }
+    // Esc stops what runs: the cell in the code view, the answer in the chat.
+    if (state.mode === 'code' && state.running) { e.preventDefault(); interruptCell(state.running); } else if (state.mode === 'chat' && state.chatAborts.has(convKey())) { e.preventDefault(); state.chatAborts.get(convKey()).abort(); }
   });
+  el.stopAnswer.addEventListener('click', () => {
+    const a = state.chatAborts.get(convKey());
+    if (a) a.abort();
+  });
+  $('files-up').addEventListener('click', () => { state.filesPath = parentOf(state.filesPath); el.filePreview.hidden = true; refreshFiles(); });
+  $('files-refresh').addEventListener('click', () => refreshFiles());
+  $('files-upload').addEventListener('click', () => el.filesInput.click());
+  el.filesInput.addEventListener('change', () => {
+    const files = [...el.filesInput.files];
+    el.filesInput.value = '';
+    if (files.length) uploadToWorkspace(files);
+  });
+  $('export-conversation').addEventListener('click', () => exportNotebook('conversation'));
+  $('export-sandbox').addEventListener('click', () => exportNotebook('sandbox'));
+  $('import-notebook').addEventListener('click', () => $('notebook-input').click());
+  $('notebook-input').addEventListener('change', () => {
+    const f = $('notebook-input').files[0];
+    $('notebook-input').value = '';
+    if (f) importNotebook(f);
+  });
+  el.lightbox.addEventListener('click', (e) => { if (e.target === el.lightbox) el.lightbox.close(); });
 
   el.tabChat.addEventListener('click', () => setMode('chat'));
   el.tabCode.addEventListener('click', () => setMode('code'));
@@ -1304,6 +1931,7 @@ async function start() {
   setFocus('');
   updateComposer();
   startPolling();
+  checkHealth();
   await loadConversations();
   const m = /^#c=(.+)$/.exec(location.hash);
   if (m) await selectConversation(decodeURIComponent(m[1]));

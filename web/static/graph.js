@@ -1,6 +1,6 @@
 // The snapshot tree of a sandbox, drawn as inline SVG: sandbox → its
 // snapshots → the sandboxes started from them (forks) → their snapshots, …
-// laid out top-down as a tidy tree.
+// laid out as an indented outline that always fits its panel.
 
 const SVG = 'http://www.w3.org/2000/svg';
 
@@ -70,42 +70,55 @@ export function countNodes(root) {
   return n;
 }
 
-const NODE_W = 148;
-const SB_H = 56;
-const SN_H = 44;
-const GAP_X = 14;
-const GAP_Y = 30;
-const PAD = 10;
+const SB_H = 46;
+const SN_H = 34;
+const GAP = 8;
+const PAD = 6;
+const INDENT = 18;
 
-function layout(root) {
-  let leaf = 0;
+/**
+ * forkLabels names each sandbox node: its own name, "conversation" for the
+ * conversation's, else "fork-1", "fork-2", … by order among the sandboxes
+ * started from the same sandbox's snapshots (its forks and restores), and
+ * "sandbox" for a root without a name.
+ */
+export function forkLabels(root, home) {
+  const labels = new Map();
+  const walk = (n, nth) => {
+    const d = n.data || {};
+    labels.set(n.id, d.name || (n.id === home ? 'conversation' : nth ? `fork-${nth}` : 'sandbox'));
+    let k = 0;
+    for (const sn of n.children) for (const c of sn.children) walk(c, ++k);
+  };
+  walk(root, 0);
+  return labels;
+}
+
+/**
+ * layout places the tree as an indented outline that fits width: each node
+ * is one row, children below their parent and indented, so the tree grows
+ * down, never sideways; deep trees indent less.
+ */
+function layout(root, width) {
+  const rows = [];
   let depthMax = 0;
-  const place = (node, depth) => {
-    node.depth = depth;
+  const walk = (n, depth) => {
+    n.depth = depth;
     depthMax = Math.max(depthMax, depth);
-    if (!node.children.length) {
-      node.x = leaf++ * (NODE_W + GAP_X);
-    } else {
-      node.children.forEach((c) => place(c, depth + 1));
-      node.x = (node.children[0].x + node.children[node.children.length - 1].x) / 2;
-    }
+    rows.push(n);
+    n.children.forEach((c) => walk(c, depth + 1));
   };
-  place(root, 0);
-  // Rows alternate sandbox / snapshot, so each row has one height.
-  const rowY = [];
+  walk(root, 0);
+  const indent = Math.max(6, Math.min(INDENT, (width * 0.4) / Math.max(1, depthMax)));
   let y = PAD;
-  for (let d = 0; d <= depthMax; d++) {
-    rowY.push(y);
-    y += (d % 2 === 0 ? SB_H : SN_H) + GAP_Y;
-  }
-  const walk = (n) => {
+  for (const n of rows) {
     n.h = n.kind === 'sandbox' ? SB_H : SN_H;
-    n.y = rowY[n.depth];
-    n.x += PAD;
-    n.children.forEach(walk);
-  };
-  walk(root);
-  return { width: leaf * (NODE_W + GAP_X) - GAP_X + 2 * PAD, height: y - GAP_Y + PAD };
+    n.x = PAD + n.depth * indent;
+    n.w = Math.max(60, width - n.x - PAD);
+    n.y = y;
+    y += n.h + GAP;
+  }
+  return { rows, height: y - GAP + PAD };
 }
 
 function el(name, attrs = {}, text) {
@@ -137,43 +150,54 @@ function ago(t) {
   return `${Math.floor(d / 86400)}d`;
 }
 
+const observed = new WeakMap(); // container → {observer, last width, redraw}
+
 /**
- * renderGraph draws root into container. current is the highlighted
- * sandbox, home the conversation's own; onSelect(id) is called when a
- * sandbox node is chosen.
+ * renderGraph draws root into container, as wide as the container (the
+ * SVG's user units are CSS pixels, so labels keep their size at any
+ * width; a resize redraws). current is the highlighted sandbox, home the
+ * conversation's own; onSelect(id) is called when a sandbox node is chosen,
+ * onSnapshot(id, data) when a snapshot node is.
  */
-export function renderGraph(container, root, { current, home, onSelect } = {}) {
-  const { width, height } = layout(root);
+export function renderGraph(container, root, opts = {}) {
+  const { current, home, onSelect, onSnapshot } = opts;
+  const width = Math.max(200, Math.floor(container.clientWidth || 300));
+  const { rows, height } = layout(root, width);
+  const labels = forkLabels(root, home);
   const svg = el('svg', {
-    width, height, viewBox: `0 0 ${width} ${height}`, role: 'group',
+    width: '100%', viewBox: `0 0 ${width} ${height}`, preserveAspectRatio: 'xMinYMin meet', role: 'group',
     'aria-label': 'Snapshot tree of the sandbox', 'data-testid': 'snapshot-graph-svg',
   });
   const edges = el('g', { class: 'g-edges' });
   const nodes = el('g', { class: 'g-nodes' });
   svg.append(edges, nodes);
 
-  const draw = (n) => {
+  for (const n of rows) {
     for (const c of n.children) {
-      const x1 = n.x + NODE_W / 2;
-      const y1 = n.y + n.h;
-      const x2 = c.x + NODE_W / 2;
-      const y2 = c.y;
-      const my = (y1 + y2) / 2;
+      const x = n.x + 10;
       edges.append(el('path', {
         class: `g-edge ${c.kind === 'sandbox' ? 'restore' : 'save'}`,
-        d: `M${x1},${y1} C${x1},${my} ${x2},${my} ${x2},${y2}`,
+        d: `M${x},${n.y + n.h} V${c.y + c.h / 2} H${c.x}`,
         'data-testid': 'graph-edge',
       }));
-      draw(c);
     }
     nodes.append(node(n));
-  };
+  }
 
-  const node = (n) => {
+  function node(n) {
     const d = n.data || {};
+    const W = n.w;
     const g = el('g', { transform: `translate(${n.x},${n.y})`, 'data-testid': 'graph-node', 'data-kind': n.kind, 'data-id': n.id });
     const title = el('title');
     g.append(title);
+    const activate = (fn) => {
+      g.setAttribute('tabindex', '0');
+      g.setAttribute('role', 'button');
+      g.addEventListener('click', fn);
+      g.addEventListener('keydown', (e) => {
+        if (e.key === 'Enter' || e.key === ' ') { e.preventDefault(); fn(); }
+      });
+    };
     if (n.kind === 'sandbox') {
       const state = d.state || 'unknown';
       const isCurrent = n.id === current;
@@ -183,44 +207,54 @@ export function renderGraph(container, root, { current, home, onSelect } = {}) {
       g.setAttribute('class', cls.join(' '));
       g.setAttribute('data-state', state);
       if (isCurrent) g.setAttribute('data-current', 'true');
-      g.append(el('rect', { width: NODE_W, height: n.h, rx: 10 }));
-      g.append(el('circle', { class: `g-dot ${state}`, cx: 14, cy: 17, r: 4.5 }));
-      const label = d.name || (n.id === home ? 'conversation' : d.snapshot_id ? 'fork' : 'sandbox');
-      g.append(el('text', { class: 'g-title', x: 25, y: 21, 'data-max': NODE_W - 33 }, label));
-      g.append(el('text', { class: 'g-sub', x: 10, y: 36 }, shortId(n.id)));
-      g.append(el('text', { class: 'g-state', x: 10, y: 49 }, state));
-      if (isCurrent) g.append(el('text', { class: 'g-tag', x: NODE_W - 8, y: 49, 'text-anchor': 'end' }, 'CURRENT'));
-      else if (n.id === home) g.append(el('text', { class: 'g-tag', x: NODE_W - 8, y: 49, 'text-anchor': 'end' }, 'HOME'));
-      title.textContent = `${d.name ? d.name + ' · ' : ''}${n.id} · ${state}${d.image ? ' · image ' + d.image : ''}`;
+      const label = labels.get(n.id) || 'sandbox';
+      g.setAttribute('data-label', label);
+      g.append(el('rect', { width: W, height: n.h, rx: 9 }));
+      g.append(el('circle', { class: `g-dot ${state}`, cx: 13, cy: 16, r: 4.5 }));
+      const tag = isCurrent ? 'CURRENT' : n.id === home ? 'HOME' : '';
+      if (tag) g.append(el('text', { class: 'g-tag', x: W - 8, y: 20, 'text-anchor': 'end' }, tag));
+      g.append(el('text', { class: 'g-title', x: 24, y: 20, 'data-max': W - 32 - (tag ? 74 : 0) }, label));
+      g.append(el('text', { class: 'g-sub', x: 10, y: 37, 'data-max': W - 20 }, `${shortId(n.id)} · ${state}`));
+      title.textContent = `${label} · ${n.id} · ${state}${d.image ? ' · image ' + d.image : ''}`;
       if (state !== 'terminated' && onSelect) {
-        g.setAttribute('tabindex', '0');
-        g.setAttribute('role', 'button');
-        g.setAttribute('aria-label', `Sandbox ${d.name || ''} ${n.id}, ${state}${isCurrent ? ', current' : ''}`);
-        g.addEventListener('click', () => onSelect(n.id));
-        g.addEventListener('keydown', (e) => {
-          if (e.key === 'Enter' || e.key === ' ') { e.preventDefault(); onSelect(n.id); }
-        });
+        g.setAttribute('aria-label', `Sandbox ${label} ${n.id}, ${state}${isCurrent ? ', current' : ''}`);
+        activate(() => onSelect(n.id, label));
       }
     } else {
       const type = d.type === 'filesystem' ? 'filesystem' : 'memory';
-      g.setAttribute('class', `g-node snapshot ${type}`);
-      g.setAttribute('role', 'img');
-      g.append(el('rect', { width: NODE_W, height: n.h, rx: n.h / 2 }));
-      g.append(el('text', { class: 'g-title', x: NODE_W / 2, y: 18, 'text-anchor': 'middle', 'data-max': NODE_W - 24 }, d.name || `${type} snapshot`));
-      g.append(el('text', { class: 'g-sub', x: NODE_W / 2, y: 33, 'text-anchor': 'middle', 'data-max': NODE_W - 20 }, `${shortId(n.id)} · ${ago(d.created_at)}`));
+      g.setAttribute('class', `g-node snapshot ${type}${onSnapshot ? ' clickable' : ''}`);
+      g.append(el('rect', { width: W, height: n.h, rx: n.h / 2 }));
+      g.append(el('text', { class: 'g-title', x: 14, y: 21, 'data-max': W - 28 },
+        `${d.name || `${type} snapshot`} · ${shortId(n.id)} · ${ago(d.created_at)}`));
       title.textContent = `${type} snapshot ${n.id}${d.name ? ' (' + d.name + ')' : ''}, taken ${d.created_at || ''}`;
-      g.setAttribute('aria-label', title.textContent);
+      g.setAttribute('aria-label', `${title.textContent}${onSnapshot ? ': start a sandbox from it' : ''}`);
+      if (onSnapshot) activate(() => onSnapshot(n.id, d));
+      else g.setAttribute('role', 'img');
     }
     return g;
-  };
+  }
 
-  draw(root);
-  // The SVG scales down to fit a narrow panel (its height follows the
-  // viewBox), but not below a legible size: past that the panel scrolls.
-  svg.style.maxWidth = '100%';
+  svg.style.display = 'block';
   svg.style.height = 'auto';
-  svg.style.minWidth = `${Math.min(width, Math.round(width * 0.7))}px`;
   container.replaceChildren(svg);
   fitText(svg);
+
+  // Redraw when the panel changes width (a drawer opening, a rotated phone).
+  let o = observed.get(container);
+  if (!o && typeof ResizeObserver === 'function') {
+    o = { width, redraw: null, timer: 0 };
+    o.observer = new ResizeObserver(() => {
+      const w = Math.floor(container.clientWidth);
+      if (!w || Math.abs(w - o.width) < 2 || !o.redraw) return;
+      clearTimeout(o.timer);
+      o.timer = setTimeout(() => o.redraw && o.redraw(), 60);
+    });
+    o.observer.observe(container);
+    observed.set(container, o);
+  }
+  if (o) {
+    o.width = width;
+    o.redraw = () => { if (container.contains(svg)) renderGraph(container, root, opts); };
+  }
   return svg;
 }
