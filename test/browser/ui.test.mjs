@@ -665,7 +665,8 @@ test('snapshot tree: three forks, names, fits the panel at laptop and phone widt
   const ids = await graph.locator('[data-testid="graph-node"][data-kind="sandbox"]:not([data-current="true"])').evaluateAll((ns) => ns.map((n) => n.getAttribute('data-id')));
   ids.forEach((id) => forks.add(id));
   const labels = await graph.locator('[data-testid="graph-node"][data-kind="sandbox"]').evaluateAll((ns) => ns.map((n) => n.getAttribute('data-label')));
-  assert.deepEqual(labels, ['conversation', 'alpha', 'fork-2', 'fork-3'], 'a named fork shows its name; the others are numbered');
+  // The conversation's sandbox has a name of its own; a named fork shows its name; the others are numbered.
+  assert.deepEqual(labels, [(await page.getByTestId('sandbox-name').textContent()).trim(), 'alpha', 'fork-2', 'fork-3']);
 
   // Toasts sit in the bottom-right corner.
   const toast = page.getByTestId('toast').last();
