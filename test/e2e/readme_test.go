@@ -61,6 +61,7 @@ type readmeBlock struct {
 var (
 	readmeFence  = regexp.MustCompile("^\\s*```\\s*([A-Za-z0-9_+-]*)\\s*$")
 	readmeMarker = regexp.MustCompile(`^\s*<!--\s*readme-test:\s*(.*?)\s*-->\s*$`)
+	readmeClose  = regexp.MustCompile("^\\s*```\\s*$")
 )
 
 // readmeBlocks parses the fenced blocks of a Markdown file.
@@ -80,7 +81,7 @@ func readmeBlocks(text string) ([]readmeBlock, error) {
 		}
 		var body []string
 		j := i + 1
-		for ; j < len(lines) && !regexp.MustCompile("^\\s*```\\s*$").MatchString(lines[j]); j++ {
+		for ; j < len(lines) && !readmeClose.MatchString(lines[j]); j++ {
 			body = append(body, lines[j])
 		}
 		if j == len(lines) {
@@ -452,7 +453,15 @@ func TestREADME(t *testing.T) {
 		}
 		if r, ok := strings.CutPrefix(b.marker, "restart"); ok {
 			denv := strings.Fields(r)
-			d.stop()
+			// As Ctrl-C does: the daemon applies its on-exit policy
+			// (suspending a sandbox takes a second or two) and exits.
+			d.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-d.exited:
+			case <-time.After(2 * time.Minute):
+				t.Fatalf("%s: the daemon did not exit within 2 minutes of SIGTERM; log:\n%s", where, d.logTail())
+			}
+			d.log.Close()
 			d = &daemon{dataDir: d.dataDir, addr: addr, env: denv}
 			for _, kv := range denv {
 				if v, ok := strings.CutPrefix(kv, "FORKBOX_API_KEY="); ok {
