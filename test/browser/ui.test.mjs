@@ -541,6 +541,14 @@ test('notebook: cells survive a reload, edit and run again, copy, stop a running
   assert.match(await sleeper.getByTestId('output-error').textContent(), /KeyboardInterrupt/);
   const after = await runCell(page, 'print(v)');
   assert.equal((await after.getByTestId('output-stdout').textContent()).trim(), '7', 'the variable set before the interrupt is still there');
+  // Esc stops a running cell too.
+  const again = await startCell(page, "v = v * 2\nprint('sleeping', flush=True)\ntime.sleep(60)");
+  await waitFor('the cell to be sleeping', async () => (await again.getByTestId('output-stdout').textContent().catch(() => '')).includes('sleeping'), 30000, 100);
+  await page.keyboard.press('Escape');
+  await finished(again, 30000);
+  assert.match(await again.getByTestId('output-error').textContent(), /KeyboardInterrupt/);
+  const last = await runCell(page, 'print(v)');
+  assert.equal((await last.getByTestId('output-stdout').textContent()).trim(), '14');
   await shot(page, 'notebook-1280');
 });
 
@@ -781,4 +789,34 @@ test('health: an image being built and no model, as /healthz says (1280x800, 390
     assert.equal(await page.getByTestId('chat-unavailable').count(), 1);
     assert.equal(await page.getByTestId('error-banner').filter({ hasText: 'no model' }).count(), 0);
   }
+});
+
+test('chat: stop a streaming answer (1280x800)', { skip, timeout: 180000 }, async (t) => {
+  const page = await open(t, LAPTOP);
+  // A cell keeps the kernel busy, so the model's first step waits behind it
+  // and the answer is still streaming when it is stopped.
+  const busy = await startCell(page, "import time\nprint('busy', flush=True)\ntime.sleep(60)");
+  await waitFor('the kernel to be busy', async () => (await busy.getByTestId('output-stdout').textContent().catch(() => '')).includes('busy'), 30000, 100);
+  await page.getByTestId('tab-chat').click();
+  await page.getByTestId('question-input').fill(QUESTION);
+  await page.getByTestId('question-input').press('Enter');
+  const msg = page.getByTestId('assistant-message').last();
+  await msg.getByTestId('step').first().waitFor();
+  assert.equal(await msg.getAttribute('data-state'), 'streaming');
+  const stop = page.getByTestId('stop-answer');
+  assert.equal(await stop.isVisible(), true, 'a stop button while the answer streams');
+  assert.equal(await page.getByTestId('send-button').isVisible(), false);
+  await shot(page, 'chat-streaming-1280');
+  await stop.click();
+  await waitFor('the answer to stop', async () => (await msg.getAttribute('data-state')) === 'stopped', 30000);
+  await msg.getByTestId('assistant-stopped').waitFor();
+  assert.equal(await stop.isVisible(), false);
+  assert.equal(await page.getByTestId('send-button').isVisible(), true, 'the send button is back');
+  await shot(page, 'chat-stopped-1280');
+  // Free the kernel.
+  await page.getByTestId('tab-code').click();
+  if ((await busy.getAttribute('data-state')) === 'running') await busy.getByTestId('cell-stop').click();
+  await finished(busy, 30000);
+  const after = await runCell(page, "print('free')");
+  assert.equal((await after.getByTestId('output-stdout').textContent()).trim(), 'free');
 });

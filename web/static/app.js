@@ -872,8 +872,16 @@ class LiveAnswer {
     this.status.textContent = `just now${n ? ` · ${n} step${n > 1 ? 's' : ''}` : ''}`;
   }
 
+  /** endSteps marks the steps still running as ended with why. */
+  endSteps(why) {
+    for (const v of this.steps.values()) {
+      if (v.status && v.status.classList.contains('running')) v.setStatus(statusPill('failed', why));
+    }
+  }
+
   stop() {
     if (this.finished) return;
+    this.endSteps('stopped');
     this.closeText();
     this.thinking.remove();
     this.body.append(h('div', { class: 'note', 'data-testid': 'assistant-stopped', text: 'Stopped. The model\'s turn was cancelled.' }));
@@ -884,6 +892,7 @@ class LiveAnswer {
   }
 
   fail(message, code) {
+    this.endSteps('failed');
     this.closeText();
     this.thinking.remove();
     this.body.append(h('div', { class: 'msg-error', 'data-testid': 'assistant-error', text: message }));
