@@ -92,8 +92,42 @@ func explain(err error) error {
 		return fmt.Errorf("%w (set --api-key or %s)", err, client.EnvAPIKey)
 	case errors.As(err, &ae) && ae.Quota != nil:
 		return &quotaError{err: err, q: ae.Quota}
+	case errors.As(err, &ae) && errors.Is(err, errdefs.ErrNotFound):
+		if hint := notFoundHint(ae.Message); hint != "" {
+			return fmt.Errorf("%w; %s", err, hint)
+		}
 	}
 	return err
+}
+
+// notFoundHint is the command that lists what a not-found message names
+// (`sandbox "x" not found`), or "".
+func notFoundHint(msg string) string {
+	kind, _, _ := strings.Cut(msg, " ")
+	if !strings.HasSuffix(msg, " not found") {
+		return ""
+	}
+	switch kind {
+	case "sandbox":
+		return "forkbox ls --all lists the sandboxes"
+	case "image":
+		return "forkbox image ls lists the images"
+	case "snapshot":
+		return "forkbox snapshots lists the snapshots"
+	case "pool":
+		return "forkbox pool ls lists the pools"
+	}
+	return ""
+}
+
+// itemError formats the failure of one item of a command that takes many
+// (rm a b c): "item: message", unless the message names the item already.
+func itemError(item string, err error) string {
+	msg := explain(err).Error()
+	if strings.Contains(msg, item) {
+		return msg
+	}
+	return item + ": " + msg
 }
 
 // unwrapDial drops the "dial tcp 127.0.0.1:8080:" prefix that the hint repeats.

@@ -243,7 +243,7 @@ func tenantLsCmd() *cobra.Command {
 		Aliases: []string{"list"},
 		Short:   "List tenants with their usage and quotas",
 		Long: `List tenants. Each column after NAME is USE/LIMIT of one quota; a limit of -
-is unlimited. MEMORY is in MB.`,
+is unlimited. Sizes are in binary units (MiB, GiB).`,
 		Args: cobra.NoArgs,
 		RunE: run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, _ []string) error {
 			list, err := c.ListTenants(ctx)
@@ -441,17 +441,23 @@ func intRow(name string, use int64, limit *int64) quotaRow {
 // quotaValue formats an amount of quota name: bytes with binary units, the
 // rest as plain numbers.
 func quotaValue(name string, v float64) string {
-	if strings.HasSuffix(name, "_bytes") {
+	switch {
+	case strings.HasSuffix(name, "_bytes"):
 		return humanBytes(int64(v))
+	case name == api.QuotaMemoryMB && v > 0:
+		return humanMiB(int64(v))
+	case name == api.QuotaMemoryMB:
+		return "0 MiB"
 	}
 	return strconv.FormatFloat(v, 'f', -1, 64)
 }
 
 // quotaFlags are the --max-* flags of key create and tenant set.
 type quotaFlags struct {
-	running, memoryMB, suspended int64
-	snapshotBytes, imageBytes    sizeFlag
-	cpus                         float64
+	running, suspended        int64
+	memoryMB                  mibFlag
+	snapshotBytes, imageBytes sizeFlag
+	cpus                      float64
 }
 
 const quotaFlagList = "--max-running, --max-memory-mb, --max-cpus, --max-suspended, --max-snapshot-bytes, --max-image-bytes"
@@ -459,11 +465,13 @@ const quotaFlagList = "--max-running, --max-memory-mb, --max-cpus, --max-suspend
 func (q *quotaFlags) add(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.Int64Var(&q.running, "max-running", 0, "quota: at most `N` running sandboxes (-1: unlimited)")
-	f.Int64Var(&q.memoryMB, "max-memory-mb", 0, "quota: at most `N` MB of memory over the running sandboxes (-1: unlimited)")
+	q.memoryMB = mibFlag{name: "max-memory-mb", unlimited: true}
+	f.Var(&q.memoryMB, "max-memory-mb", "quota: at most this much memory over the running sandboxes: 4G, 512M or MiB (-1: unlimited)")
 	f.Float64Var(&q.cpus, "max-cpus", 0, "quota: at most `F` CPUs over the running sandboxes (-1: unlimited)")
 	f.Int64Var(&q.suspended, "max-suspended", 0, "quota: at most `N` suspended sandboxes (-1: unlimited)")
 	f.Var(&q.snapshotBytes, "max-snapshot-bytes", "quota: at most `N` bytes of snapshots, or with a unit: 20G (-1: unlimited)")
 	f.Var(&q.imageBytes, "max-image-bytes", "quota: at most `N` bytes of images, or with a unit: 5G (-1: unlimited)")
+	sizeFlagErrors(cmd)
 }
 
 // given reports whether any quota flag was given.
@@ -486,7 +494,7 @@ func (q *quotaFlags) apply(cmd *cobra.Command, qs *api.Quotas) (bool, error) {
 		dst  **int64
 	}{
 		{"max-running", q.running, &qs.RunningSandboxes},
-		{"max-memory-mb", q.memoryMB, &qs.MemoryMB},
+		{"max-memory-mb", q.memoryMB.mib, &qs.MemoryMB},
 		{"max-suspended", q.suspended, &qs.SuspendedSandboxes},
 		{"max-snapshot-bytes", q.snapshotBytes.n, &qs.SnapshotBytes},
 		{"max-image-bytes", q.imageBytes.n, &qs.ImageBytes},

@@ -397,13 +397,13 @@ func TestCLITenants(t *testing.T) {
 
 	out, _, err := cli(t, url, "", "tenant", "ls")
 	want := "NAME RUNNING MEMORY CPUS SUSPENDED SNAPSHOTS IMAGES\n" +
-		"acme 1/2 1024/4096 1.5/4 2/- 3.0 GiB/10.0 GiB 0 B/-\n" +
-		"beta 1/- 1024/- 1.5/- 2/- 3.0 GiB/- 0 B/-"
+		"acme 1/2 1 GiB/4 GiB 1.5/4 2/- 3.0 GiB/10.0 GiB 0 B/-\n" +
+		"beta 1/- 1 GiB/- 1.5/- 2/- 3.0 GiB/- 0 B/-"
 	if err != nil || fields(out) != want {
 		t.Errorf("tenant ls: %v\n%s\nwant\n%s", err, fields(out), want)
 	}
 	out, _, err = cli(t, url, "", "tenant", "show", "acme")
-	want = "tenant acme\nNAME USE LIMIT\nrunning_sandboxes 1 2\nmemory_mb 1024 4096\ncpus 1.5 4\n" +
+	want = "tenant acme\nNAME USE LIMIT\nrunning_sandboxes 1 2\nmemory_mb 1 GiB 4 GiB\ncpus 1.5 4\n" +
 		"suspended_sandboxes 2 unlimited\nsnapshot_bytes 3.0 GiB 10.0 GiB\nimage_bytes 0 B unlimited"
 	if err != nil || fields(out) != want {
 		t.Errorf("tenant show: %v\n%s\nwant\n%s", err, fields(out), want)
@@ -416,7 +416,7 @@ func TestCLITenants(t *testing.T) {
 		body != `{"quotas":{"running_sandboxes":3,"snapshot_bytes":10737418240,"image_bytes":536870912}}` {
 		t.Errorf("tenant set sent %s %s", req, body)
 	}
-	want = "tenant acme\nNAME USE LIMIT\nrunning_sandboxes 1 3\nmemory_mb 1024 unlimited\ncpus 1.5 unlimited\n" +
+	want = "tenant acme\nNAME USE LIMIT\nrunning_sandboxes 1 3\nmemory_mb 1 GiB unlimited\ncpus 1.5 unlimited\n" +
 		"suspended_sandboxes 2 unlimited\nsnapshot_bytes 3.0 GiB 10.0 GiB\nimage_bytes 0 B 512.0 MiB"
 	if err != nil || fields(out) != want {
 		t.Errorf("tenant set: %v\n%s\nwant\n%s", err, fields(out), want)
@@ -466,7 +466,7 @@ func TestCLITenants(t *testing.T) {
 
 	// usage: the caller's tenant, or another one.
 	out, _, err = cli(t, url, "", "--api-key", "user", "usage")
-	want = "tenant acme\nNAME USE LIMIT\nrunning_sandboxes 1 3\nmemory_mb 1024 unlimited\ncpus 1.5 unlimited\n" +
+	want = "tenant acme\nNAME USE LIMIT\nrunning_sandboxes 1 3\nmemory_mb 1 GiB unlimited\ncpus 1.5 unlimited\n" +
 		"suspended_sandboxes 2 0\nsnapshot_bytes 3.0 GiB unlimited\nimage_bytes 0 B 512.0 MiB"
 	if req, _ := d.request(); err != nil || fields(out) != want || req != "GET /v1/usage" {
 		t.Errorf("usage: %v (%s)\n%s\nwant\n%s", err, req, fields(out), want)

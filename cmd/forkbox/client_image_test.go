@@ -464,8 +464,8 @@ func TestCLIImageLsInspectRm(t *testing.T) {
 	d.inUse["host"] = true
 	out, errOut, err := cli(t, url, "", "image", "rm", "py", "host", "nope")
 	if err == nil || err.Error() != "2 of 3 images not removed" || out != "py\n" ||
-		!strings.Contains(errOut, `forkbox: host: cannot delete image "host": in use by sandbox sbx_1`) ||
-		!strings.Contains(errOut, `forkbox: nope: image "nope" not found`) {
+		!strings.Contains(errOut, `forkbox: cannot delete image "host": in use by sandbox sbx_1`) ||
+		!strings.Contains(errOut, `forkbox: image "nope" not found; forkbox image ls lists the images`) {
 		t.Errorf("rm: %v out=%q err=%q", err, out, errOut)
 	}
 	if _, ok := d.images["py"]; ok {

@@ -76,7 +76,7 @@ func lifecycleCmd(v lifecycleVerb) *cobra.Command {
 					failed++
 					last = err
 					if len(args) > 1 {
-						fmt.Fprintf(cmd.ErrOrStderr(), "forkbox: %s: %v\n", name, explain(err))
+						fmt.Fprintf(cmd.ErrOrStderr(), "forkbox: %s\n", itemError(name, err))
 					}
 					continue
 				}

@@ -142,7 +142,7 @@ func TestCLISuspendResume(t *testing.T) {
 	}
 	// ls shows the suspended sandbox with its limits, like any other.
 	out, _, err = cli(t, url, "", "ls")
-	if want := "ID NAME STATE IMAGE CPUS MEM AGE\nsbx_1 box suspended python 1 1G 1m\nsbx_2 - running python 1 1G 1m"; err != nil || fields(out) != want {
+	if want := "ID NAME STATE IMAGE CPUS MEM AGE\nsbx_1 box suspended python 1 1 GiB 1m\nsbx_2 - running python 1 1 GiB 1m"; err != nil || fields(out) != want {
 		t.Errorf("ls with a suspended sandbox: %v\n%s", err, out)
 	}
 	if _, _, err := cli(t, url, "", "ls", "--state", "suspended"); err != nil || d.lastReq["query"] != "state=suspended" {
@@ -167,7 +167,7 @@ func TestCLISuspendResume(t *testing.T) {
 		t.Errorf("suspend --json: %v\n%s", err, out)
 	}
 	out, errOut, err = cli(t, url, "", "resume", "sbx_2", "nope", "box")
-	if out != "sbx_2 running\nsbx_1 running\n" || errOut != "forkbox: nope: sandbox \"nope\" not found\n" ||
+	if out != "sbx_2 running\nsbx_1 running\n" || errOut != "forkbox: sandbox \"nope\" not found; forkbox ls --all lists the sandboxes\n" ||
 		err == nil || err.Error() != "1 of 3 sandboxes not resumed" || exitCode(err) != 1 {
 		t.Errorf("resume with a failure: out=%q err=%q %v", out, errOut, err)
 	}
@@ -182,7 +182,7 @@ func TestCLISuspendResume(t *testing.T) {
 		want string
 	}{
 		{[]string{"resume", "box"}, errdefs.ErrFailedPrecondition, "sandbox sbx_1 is running; only a suspended sandbox can be resumed"},
-		{[]string{"suspend", "nope"}, errdefs.ErrNotFound, `sandbox "nope" not found`},
+		{[]string{"suspend", "nope"}, errdefs.ErrNotFound, `sandbox "nope" not found; forkbox ls --all lists the sandboxes`},
 		{[]string{"suspend"}, nil, "suspend: name at least one SANDBOX (id or name)"},
 		{[]string{"resume"}, nil, "resume: name at least one SANDBOX (id or name)"},
 		{[]string{"suspend", "box", "nope"}, nil, "1 of 2 sandboxes not suspended"},
@@ -321,11 +321,11 @@ func TestCLIPools(t *testing.T) {
 		kind error
 		want string
 	}{
-		{[]string{"create", "--pool", "nope"}, errdefs.ErrNotFound, `pool "nope" not found`},
+		{[]string{"create", "--pool", "nope"}, errdefs.ErrNotFound, `pool "nope" not found; forkbox pool ls lists the pools`},
 		{[]string{"create", "--pool", "warm", "--image", "python"}, nil,
 			"create: a --pool sandbox comes from the pool's own snapshot or image; drop --snapshot and --image"},
 		{[]string{"pool", "create", "warm", "--image", "python", "--size", "1"}, errdefs.ErrConflict, `pool "warm" already exists`},
-		{[]string{"pool", "create", "x", "--snapshot", "snap_9", "--size", "1"}, errdefs.ErrNotFound, `snapshot "snap_9" not found`},
+		{[]string{"pool", "create", "x", "--snapshot", "snap_9", "--size", "1"}, errdefs.ErrNotFound, `snapshot "snap_9" not found; forkbox snapshots lists the snapshots`},
 		{[]string{"pool", "create", "x", "--image", "python", "--size", "33"}, errdefs.ErrInvalidArgument, "size: 33 is out of range [1, 32]"},
 		{[]string{"pool", "create", "x", "--image", "python", "--size", "0"}, errdefs.ErrInvalidArgument, "size: 0 is out of range [1, 32]"},
 		{[]string{"pool", "create", "x", "--image", "python", "--snapshot", "snap_1", "--size", "1"}, nil, "pool create: give --snapshot or --image, not both"},
@@ -334,7 +334,7 @@ func TestCLIPools(t *testing.T) {
 		{[]string{"pool", "create", "--image", "python", "--size", "1"}, nil, "pool create: name the pool: forkbox pool create NAME (--snapshot ID | --image IMAGE) --size N"},
 		{[]string{"pool", "ls", "x"}, nil, `unknown command "x" for "forkbox pool ls"`},
 		{[]string{"pool", "rm"}, nil, "pool rm: name at least one pool NAME"},
-		{[]string{"pool", "rm", "nope"}, errdefs.ErrNotFound, `pool "nope" not found`},
+		{[]string{"pool", "rm", "nope"}, errdefs.ErrNotFound, `pool "nope" not found; forkbox pool ls lists the pools`},
 	} {
 		_, _, err := cli(t, url, "", c.args...)
 		if err == nil || err.Error() != c.want || (c.kind != nil && !errors.Is(err, c.kind)) || exitCode(err) != 1 {
@@ -349,7 +349,7 @@ func TestCLIPools(t *testing.T) {
 	}
 
 	out, errOut, err = cli(t, url, "", "pool", "rm", "warm", "nope")
-	if out != "warm\n" || errOut != "forkbox: nope: pool \"nope\" not found\n" || err == nil || err.Error() != "1 of 2 pools not removed" {
+	if out != "warm\n" || errOut != "forkbox: pool \"nope\" not found; forkbox pool ls lists the pools\n" || err == nil || err.Error() != "1 of 2 pools not removed" {
 		t.Errorf("pool rm: out=%q err=%q %v", out, errOut, err)
 	}
 	out, _, err = cli(t, url, "", "--json", "pool", "rm", "plain")

@@ -421,7 +421,7 @@ func contextRmCmd() *cobra.Command {
 					failed++
 					last = err
 					if len(ids) > 1 {
-						fmt.Fprintf(cmd.ErrOrStderr(), "forkbox: %s: %v\n", id, explain(err))
+						fmt.Fprintf(cmd.ErrOrStderr(), "forkbox: %s\n", itemError(id, err))
 					}
 					continue
 				}

@@ -13,16 +13,20 @@ import (
 
 	"github.com/forkbox/forkbox/api"
 	"github.com/forkbox/forkbox/client"
+	"github.com/forkbox/forkbox/internal/image"
+	"github.com/forkbox/forkbox/internal/sandbox"
 )
 
 func createCmd() *cobra.Command {
 	var (
-		req                api.CreateSandboxRequest
-		noAutoResume       bool
-		cpus               float64
-		memory, disk, pids int64
-		timeout, lifetime  secondsFlag
-		env, labels        []string
+		req               api.CreateSandboxRequest
+		noAutoResume      bool
+		cpus              float64
+		pids              int64
+		memory            = mibFlag{name: "memory"}
+		disk              = mibFlag{name: "disk"}
+		timeout, lifetime secondsFlag
+		env, labels       []string
 	)
 	cmd := &cobra.Command{
 		Use:   "create",
@@ -42,9 +46,14 @@ is empty, one is restored as usual.
 
 A suspended sandbox (see forkbox suspend) is resumed by the next call that
 needs it running; with --no-auto-resume such calls fail instead, until
-forkbox resume.`,
+forkbox resume.
+
+Limits not given are the daemon's defaults (shown below for a daemon with
+its built-in ones; an operator may have set others), lowered to what the
+host has. Sizes take binary units: --memory 512M, 1G, 1.5G, 512MiB; a plain
+number is MiB.`,
 		Example: `  forkbox create
-  forkbox create --name analysis --cpus 2 --memory 2048 --timeout 30m --label team=data
+  forkbox create --name analysis --cpus 2 --memory 2G --timeout 30m --label team=data
   SB=$(forkbox create) && forkbox exec $SB -- python3 -c 'print(6*7)'
   forkbox create --snapshot snap_0123456789ab --name analysis-2
   forkbox create --pool warm --name session-42`,
@@ -55,10 +64,10 @@ forkbox resume.`,
 				req.CPUs = &cpus
 			}
 			if f.Changed("memory") {
-				req.MemoryMB = &memory
+				req.MemoryMB = &memory.mib
 			}
 			if f.Changed("disk") {
-				req.DiskMB = &disk
+				req.DiskMB = &disk.mib
 			}
 			if f.Changed("pids") {
 				req.PIDsLimit = &pids
@@ -107,19 +116,22 @@ forkbox resume.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&req.Name, "name", "", "unique name; a named sandbox is suspended, not terminated, when idle")
-	f.StringVar(&req.Image, "image", "", `image to start from (default "python")`)
+	f.StringVar(&req.Image, "image", "", fmt.Sprintf("image to start from (default: the daemon's, %q)", image.DefaultImage))
 	f.StringVar(&req.SnapshotID, "snapshot", "", "snapshot id to restore instead of an image")
 	f.StringVar(&req.Pool, "pool", "", "take a ready sandbox from the warm pool `NAME` (see forkbox pool)")
 	f.BoolVar(&noAutoResume, "no-auto-resume", false, "do not resume the sandbox by itself when a call needs it while it is suspended")
-	f.Float64Var(&cpus, "cpus", 0, "CPU limit, fractional (e.g. 0.5)")
-	f.Int64Var(&memory, "memory", 0, "memory limit in MB")
-	f.Int64Var(&disk, "disk", 0, "writable disk size in MB")
-	f.Int64Var(&pids, "pids", 0, "maximum number of processes")
-	f.Var(&timeout, "timeout", "idle timeout: seconds or a duration like 10m")
-	f.Var(&lifetime, "max-lifetime", "terminate after this long regardless of activity (seconds or duration)")
+	d := sandbox.DefaultDefaults
+	f.Float64Var(&cpus, "cpus", 0, fmt.Sprintf("CPU limit, fractional (e.g. 0.5) (default: the daemon's, %s)", plural(int(d.CPUs), "CPU", "CPUs")))
+	f.Var(&memory, "memory", fmt.Sprintf("memory limit: 512M, 1G, 1.5G or MiB (default: the daemon's, %s)", humanMiB(d.MemoryMB)))
+	f.Var(&disk, "disk", fmt.Sprintf("writable disk size: 512M, 4G or MiB (default: the daemon's, %s)", humanMiB(d.DiskMB)))
+	f.Int64Var(&pids, "pids", 0, fmt.Sprintf("maximum number of processes (default: the daemon's, %d)", d.PIDsLimit))
+	f.Var(&timeout, "timeout", fmt.Sprintf("idle timeout: seconds or a duration like 10m (default: the daemon's, %s)",
+		humanSecs(d.TimeoutSecs)))
+	f.Var(&lifetime, "max-lifetime", "terminate after this long regardless of activity: seconds or a duration (default: none)")
 	f.BoolVar(&req.AllowInternetAccess, "internet", false, "allow outbound network access")
 	f.StringArrayVarP(&env, "env", "e", nil, "environment variable `K=V` (repeatable)")
 	f.StringArrayVarP(&labels, "label", "l", nil, "label `K=V` (repeatable)")
+	sizeFlagErrors(cmd)
 	return cmd
 }
 
@@ -137,12 +149,18 @@ func lsCmd() *cobra.Command {
 	var (
 		opts   client.ListOptions
 		labels []string
+		all    bool
 	)
 	cmd := &cobra.Command{
 		Use:     "ls",
 		Aliases: []string{"list"},
 		Short:   "List sandboxes",
+		Long: `List the sandboxes that are in use: terminated sandboxes and the ready
+sandboxes of warm pools (not handed out yet) are hidden, and counted at the
+end; --all lists them too. --state lists the sandboxes in that state,
+terminated ones included. --json prints the same selection.`,
 		Example: `  forkbox ls
+  forkbox ls --all
   forkbox ls --state running --label team=data`,
 		Args: cobra.NoArgs,
 		RunE: run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, _ []string) error {
@@ -162,27 +180,86 @@ func lsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if clientFlags.json {
-				return printJSON(cmd.OutOrStdout(), list)
+			shown, hidden := list.Sandboxes, hiddenCount{}
+			if !all {
+				shown, hidden = visibleSandboxes(list.Sandboxes, opts.State)
 			}
-			printSandboxTable(cmd.OutOrStdout(), list.Sandboxes, time.Now())
+			if clientFlags.json {
+				return printJSON(cmd.OutOrStdout(), api.SandboxList{Sandboxes: append([]api.Sandbox{}, shown...)})
+			}
+			printSandboxTable(cmd.OutOrStdout(), shown, time.Now())
+			if msg := hidden.String(); msg != "" {
+				fmt.Fprintln(cmd.ErrOrStderr(), msg)
+			}
 			return nil
 		}),
 	}
 	f := cmd.Flags()
+	f.BoolVarP(&all, "all", "a", false, "also list terminated sandboxes and the ready sandboxes of warm pools")
 	f.StringVar(&opts.State, "state", "", "only sandboxes in this state (running, suspended, terminated, …)")
 	f.StringVar(&opts.Name, "name", "", "only the sandbox with this name")
 	f.StringArrayVarP(&labels, "label", "l", nil, "only sandboxes with label `K=V` (repeatable)")
 	return cmd
 }
 
+// poolMember is the pool whose ready sandbox sb is, not handed out yet
+// ("" for none): the daemon labels those sandboxes (see package sandbox's
+// PoolLabel and PoolReadyLabel) until a create takes one.
+func poolMember(sb api.Sandbox) string {
+	if sb.Labels[sandbox.PoolReadyLabel] != "true" {
+		return ""
+	}
+	return sb.Labels[sandbox.PoolLabel]
+}
+
+// hiddenCount is what forkbox ls leaves out without --all.
+type hiddenCount struct{ terminated, pooled int }
+
+func (h hiddenCount) String() string {
+	var parts []string
+	if h.terminated > 0 {
+		parts = append(parts, fmt.Sprintf("%d terminated", h.terminated))
+	}
+	if h.pooled > 0 {
+		parts = append(parts, fmt.Sprintf("%d ready in warm pools", h.pooled))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return strings.Join(parts, " and ") + " hidden; --all shows them"
+}
+
+// visibleSandboxes drops the terminated sandboxes (unless state asks for
+// them) and the unclaimed pool members, and counts what it dropped.
+func visibleSandboxes(sbs []api.Sandbox, state string) ([]api.Sandbox, hiddenCount) {
+	var (
+		shown  []api.Sandbox
+		hidden hiddenCount
+	)
+	for _, sb := range sbs {
+		switch {
+		case sb.State == api.StateTerminated && state != api.StateTerminated:
+			hidden.terminated++
+		case poolMember(sb) != "" && sb.State != api.StateTerminated:
+			hidden.pooled++
+		default:
+			shown = append(shown, sb)
+		}
+	}
+	return shown, hidden
+}
+
 func printSandboxTable(w io.Writer, sbs []api.Sandbox, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
 	fmt.Fprintln(tw, "ID\tNAME\tSTATE\tIMAGE\tCPUS\tMEM\tAGE")
 	for _, sb := range sbs {
+		state := sb.State
+		if p := poolMember(sb); p != "" && state != api.StateTerminated {
+			state += " (ready in pool " + p + ")"
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
-			sb.ID, orDash(sb.Name), sb.State, orDash(sb.Image),
-			strconv.FormatFloat(sb.CPUs, 'f', -1, 64), humanMB(sb.MemoryMB), humanAge(now, sb.CreatedAt))
+			sb.ID, orDash(sb.Name), state, orDash(sb.Image),
+			strconv.FormatFloat(sb.CPUs, 'f', -1, 64), humanMiB(sb.MemoryMB), humanAge(now, sb.CreatedAt))
 	}
 	tw.Flush()
 }
@@ -194,17 +271,18 @@ func orDash(s string) string {
 	return s
 }
 
-// humanMB formats a size in MB: 512M, 2G, 1.5G.
-func humanMB(mb int64) string {
+// humanSecs formats whole seconds: 90s, 5m, 2h, 1h30m.
+func humanSecs(secs int64) string {
+	d := time.Duration(secs) * time.Second
 	switch {
-	case mb <= 0:
-		return "-"
-	case mb < 1024:
-		return fmt.Sprintf("%dM", mb)
-	case mb%1024 == 0:
-		return fmt.Sprintf("%dG", mb/1024)
+	case secs%3600 == 0 && secs > 0:
+		return fmt.Sprintf("%dh", secs/3600)
+	case secs%60 == 0 && secs > 0:
+		return fmt.Sprintf("%dm", secs/60)
+	case secs < 60:
+		return fmt.Sprintf("%ds", secs)
 	}
-	return fmt.Sprintf("%.1fG", float64(mb)/1024)
+	return d.String()
 }
 
 // humanAge formats the time since t: 45s, 12m, 5h, 3d.
@@ -251,7 +329,7 @@ func rmCmd() *cobra.Command {
 					failed++
 					last = err
 					if len(args) > 1 {
-						fmt.Fprintf(cmd.ErrOrStderr(), "forkbox: %s: %v\n", name, explain(err))
+						fmt.Fprintf(cmd.ErrOrStderr(), "forkbox: %s\n", itemError(name, err))
 					}
 					continue
 				}

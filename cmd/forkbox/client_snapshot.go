@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sort"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -120,20 +122,34 @@ on the daemon's host.`,
 }
 
 func snapshotsCmd() *cobra.Command {
-	return &cobra.Command{
+	var flat bool
+	cmd := &cobra.Command{
 		Use:   "snapshots [SANDBOX]",
-		Short: "List snapshots, newest first",
-		Long: `List snapshots, newest first: all of them, or those taken of SANDBOX. PARENT is
-the snapshot the sandbox was itself restored from; PAUSED is how long the
-sandbox was paused to take the snapshot.`,
+		Short: "Show snapshots as a tree of their lineage",
+		Long:  snapshotsLong,
 		Example: `  forkbox snapshots
-  forkbox snapshots analysis`,
+  forkbox snapshots analysis
+  forkbox snapshots --flat`,
 		Args: maxArgs(1, "snapshots: at most one SANDBOX"),
-		RunE: run(listSnapshots),
+		RunE: run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+			return listSnapshots(ctx, c, cmd, args, flat)
+		}),
 	}
+	cmd.Flags().BoolVar(&flat, "flat", false, "one snapshot a line, newest first, with its PARENT (for scripts)")
+	return cmd
 }
 
-func listSnapshots(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string) error {
+const snapshotsLong = `Show snapshots, all of them or those taken of SANDBOX, as a tree: a snapshot
+of a sandbox that was restored (or forked) from snapshot X is drawn under X.
+FROM is the sandbox the snapshot was taken of; RESTORED AS lists the
+sandboxes that started from it and are not terminated. Sizes are in binary
+units (KiB, MiB, GiB).
+
+--flat prints one snapshot a line, newest first, with PARENT (the snapshot
+its sandbox was itself restored from) and PAUSED (how long the sandbox was
+paused to take it); --json prints the list as JSON.`
+
+func listSnapshots(ctx context.Context, c *client.Client, cmd *cobra.Command, args []string, flat bool) error {
 	sandbox := ""
 	if len(args) > 0 {
 		sandbox = args[0]
@@ -145,8 +161,120 @@ func listSnapshots(ctx context.Context, c *client.Client, cmd *cobra.Command, ar
 	if clientFlags.json {
 		return printJSON(cmd.OutOrStdout(), list)
 	}
-	printSnapshotTable(cmd.OutOrStdout(), list.Snapshots, time.Now())
+	if flat {
+		printSnapshotTable(cmd.OutOrStdout(), list.Snapshots, time.Now())
+		return nil
+	}
+	// The sandboxes name the snapshots' sources and say which were
+	// restored from each.
+	sbs, err := c.ListSandboxes(ctx, client.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list sandboxes for the tree (--flat needs none): %w", err)
+	}
+	printSnapshotTree(cmd.OutOrStdout(), list.Snapshots, sbs.Sandboxes, time.Now())
 	return nil
+}
+
+// printSnapshotTree draws sns by lineage: a snapshot's children are the
+// snapshots whose ParentID is it (taken of sandboxes restored from it),
+// oldest first; snapshots whose parent is not in sns are roots.
+func printSnapshotTree(w io.Writer, sns []api.Snapshot, sbs []api.Sandbox, now time.Time) {
+	if len(sns) == 0 {
+		fmt.Fprintln(w, "no snapshots; forkbox checkpoint SANDBOX takes one")
+		return
+	}
+	byID := make(map[string]api.Sandbox, len(sbs))
+	restored := map[string][]string{} // snapshot id → sandboxes started from it
+	for _, sb := range sbs {
+		byID[sb.ID] = sb
+	}
+	// Oldest first, as the tree.
+	live := append([]api.Sandbox{}, sbs...)
+	sort.SliceStable(live, func(i, j int) bool {
+		if !live[i].CreatedAt.Equal(live[j].CreatedAt) {
+			return live[i].CreatedAt.Before(live[j].CreatedAt)
+		}
+		return live[i].ID < live[j].ID
+	})
+	for _, sb := range live {
+		if sb.SnapshotID != "" && sb.State != api.StateTerminated {
+			restored[sb.SnapshotID] = append(restored[sb.SnapshotID], sandboxLabel(sb))
+		}
+	}
+	sorted := append([]api.Snapshot{}, sns...)
+	sort.SliceStable(sorted, func(i, j int) bool {
+		if !sorted[i].CreatedAt.Equal(sorted[j].CreatedAt) {
+			return sorted[i].CreatedAt.Before(sorted[j].CreatedAt)
+		}
+		return sorted[i].ID < sorted[j].ID
+	})
+	in := make(map[string]bool, len(sorted))
+	for _, sn := range sorted {
+		in[sn.ID] = true
+	}
+	children := map[string][]api.Snapshot{}
+	var roots []api.Snapshot
+	for _, sn := range sorted {
+		if sn.ParentID != "" && in[sn.ParentID] && sn.ParentID != sn.ID {
+			children[sn.ParentID] = append(children[sn.ParentID], sn)
+		} else {
+			roots = append(roots, sn)
+		}
+	}
+	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
+	fmt.Fprintln(tw, "SNAPSHOT\tNAME\tTYPE\tSIZE\tAGE\tFROM\tRESTORED AS")
+	seen := map[string]bool{}
+	var draw func(sn api.Snapshot, lead, branch string)
+	draw = func(sn api.Snapshot, lead, branch string) {
+		if seen[sn.ID] {
+			return
+		}
+		seen[sn.ID] = true
+		from := sn.SandboxID
+		if sb, ok := byID[sn.SandboxID]; ok {
+			from = sandboxLabel(sb)
+		}
+		fmt.Fprintf(tw, "%s%s%s\t%s\t%s\t%s\t%s\t%s\t%s\n", lead, branch, sn.ID, orDash(sn.Name), sn.Type,
+			humanBytes(sn.SizeBytes), humanAge(now, sn.CreatedAt), orDash(from), listOrDash(restored[sn.ID], 3))
+		next := lead
+		switch branch {
+		case "├─ ":
+			next += "│  "
+		case "└─ ":
+			next += "   "
+		}
+		kids := children[sn.ID]
+		for i, kid := range kids {
+			b := "├─ "
+			if i == len(kids)-1 {
+				b = "└─ "
+			}
+			draw(kid, next, b)
+		}
+	}
+	for _, root := range roots {
+		draw(root, "", "")
+	}
+	tw.Flush()
+}
+
+// sandboxLabel names a sandbox by its name, or its id when it has none.
+func sandboxLabel(sb api.Sandbox) string {
+	if sb.Name != "" {
+		return sb.Name
+	}
+	return sb.ID
+}
+
+// listOrDash joins up to n items ("a, b, c +2 more"), or "-" for none.
+func listOrDash(items []string, n int) string {
+	switch {
+	case len(items) == 0:
+		return "-"
+	case len(items) > n:
+		return fmt.Sprintf("%s +%d more", strings.Join(items[:n], ", "), len(items)-n)
+	}
+	return strings.Join(items, ", ")
 }
 
 func printSnapshotTable(w io.Writer, sns []api.Snapshot, now time.Time) {
@@ -173,13 +301,7 @@ forkbox fork), restore one with forkbox create --snapshot ID.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	cmd.AddCommand(
-		&cobra.Command{
-			Use:     "ls [SANDBOX]",
-			Aliases: []string{"list"},
-			Short:   "List snapshots, newest first (same as forkbox snapshots)",
-			Args:    maxArgs(1, "snapshot ls: at most one SANDBOX"),
-			RunE:    run(listSnapshots),
-		},
+		snapshotLsCmd(),
 		&cobra.Command{
 			Use:     "inspect ID",
 			Aliases: []string{"get"},
@@ -198,6 +320,17 @@ forkbox fork), restore one with forkbox create --snapshot ID.`,
 			}),
 		},
 		snapshotRmCmd())
+	return cmd
+}
+
+func snapshotLsCmd() *cobra.Command {
+	cmd := snapshotsCmd()
+	cmd.Use = "ls [SANDBOX]"
+	cmd.Aliases = []string{"list"}
+	cmd.Short = "Show snapshots as a tree of their lineage (same as forkbox snapshots)"
+	cmd.Example = `  forkbox snapshot ls
+  forkbox snapshot ls analysis --flat`
+	cmd.Args = maxArgs(1, "snapshot ls: at most one SANDBOX")
 	return cmd
 }
 
@@ -268,7 +401,7 @@ func removeEach(ctx context.Context, cmd *cobra.Command, items []string, what st
 			failed++
 			last = err
 			if len(items) > 1 {
-				fmt.Fprintf(cmd.ErrOrStderr(), "forkbox: %s: %v\n", item, explain(err))
+				fmt.Fprintf(cmd.ErrOrStderr(), "forkbox: %s\n", itemError(item, err))
 			}
 			continue
 		}

@@ -218,7 +218,7 @@ func TestCLICheckpoint(t *testing.T) {
 	}{
 		{[]string{"checkpoint", "--memory", "box"}, errdefs.ErrUnavailable, "memory snapshots are unavailable on this host: criu not found"},
 		{[]string{"checkpoint", "gone"}, errdefs.ErrFailedPrecondition, "sandbox sbx_3 is terminated"},
-		{[]string{"checkpoint", "nope"}, errdefs.ErrNotFound, `sandbox "nope" not found`},
+		{[]string{"checkpoint", "nope"}, errdefs.ErrNotFound, `sandbox "nope" not found; forkbox ls --all lists the sandboxes`},
 		{[]string{"checkpoint"}, nil, "checkpoint: name the SANDBOX to checkpoint"},
 		{[]string{"checkpoint", "a", "b"}, nil, "checkpoint: name the SANDBOX to checkpoint"},
 	} {
@@ -266,7 +266,7 @@ func TestCLIFork(t *testing.T) {
 		{[]string{"fork", "box", "-n", "2", "--name", "x"}, nil, "fork: 1 --name for -n 2; give one --name per copy, or none"},
 		{[]string{"fork", "box", "-n", "17"}, errdefs.ErrInvalidArgument, "count: 17 is not between 1 and 16"},
 		{[]string{"fork", "box", "-n", "0"}, errdefs.ErrInvalidArgument, "count: 0 is not between 1 and 16"},
-		{[]string{"fork", "nope"}, errdefs.ErrNotFound, `sandbox "nope" not found`},
+		{[]string{"fork", "nope"}, errdefs.ErrNotFound, `sandbox "nope" not found; forkbox ls --all lists the sandboxes`},
 		{[]string{"fork"}, nil, "fork: name the SANDBOX to fork"},
 	} {
 		_, _, err := cli(t, url, "", c.args...)
@@ -290,7 +290,7 @@ func TestCLISnapshots(t *testing.T) {
 	cli(t, url, "", "checkpoint", "box2")
 	cli(t, url, "", "checkpoint", "sbx_2")
 
-	for _, args := range [][]string{{"snapshots"}, {"snapshot", "ls"}} {
+	for _, args := range [][]string{{"snapshots", "--flat"}, {"snapshot", "ls", "--flat"}} {
 		out, _, err := cli(t, url, "", args...)
 		if err != nil {
 			t.Fatal(err)
@@ -314,7 +314,7 @@ func TestCLISnapshots(t *testing.T) {
 		t.Errorf("snapshots query = %q", q)
 	}
 
-	out, _, err := cli(t, url, "", "snapshots", "box")
+	out, _, err := cli(t, url, "", "snapshots", "--flat", "box")
 	if lines := strings.Split(strings.TrimSpace(out), "\n"); err != nil || len(lines) != 3 || !strings.HasPrefix(lines[1], "snap_2 ") {
 		t.Errorf("snapshots box: %v\n%s", err, out)
 	}
@@ -339,11 +339,11 @@ func TestCLISnapshots(t *testing.T) {
 	}
 
 	out, errOut, err := cli(t, url, "", "snapshot", "rm", "snap_1", "snap_9", "snap_3")
-	if out != "snap_1\nsnap_3\n" || errOut != "forkbox: snap_9: snapshot \"snap_9\" not found\n" || err == nil ||
+	if out != "snap_1\nsnap_3\n" || errOut != "forkbox: snapshot \"snap_9\" not found; forkbox snapshots lists the snapshots\n" || err == nil ||
 		err.Error() != "1 of 3 snapshots not removed" {
 		t.Errorf("rm: out=%q err=%q %v", out, errOut, err)
 	}
-	if _, _, err := cli(t, url, "", "snapshot", "rm", "snap_1"); !errors.Is(err, errdefs.ErrNotFound) || err.Error() != `snapshot "snap_1" not found` {
+	if _, _, err := cli(t, url, "", "snapshot", "rm", "snap_1"); !errors.Is(err, errdefs.ErrNotFound) || err.Error() != `snapshot "snap_1" not found; forkbox snapshots lists the snapshots` {
 		t.Errorf("rm again: %v", err)
 	}
 	out, _, err = cli(t, url, "", "--json", "snapshot", "rm", "snap_4")
@@ -351,7 +351,7 @@ func TestCLISnapshots(t *testing.T) {
 	if err != nil || json.Unmarshal([]byte(out), &ids) != nil || len(ids) != 1 || ids[0] != "snap_4" {
 		t.Errorf("rm --json: out=%q %v", out, err)
 	}
-	if out, _, _ := cli(t, url, "", "snapshots"); len(strings.Split(strings.TrimSpace(out), "\n")) != 2 {
+	if out, _, _ := cli(t, url, "", "snapshots", "--flat"); len(strings.Split(strings.TrimSpace(out), "\n")) != 2 {
 		t.Errorf("after rm:\n%s", out)
 	}
 
@@ -368,6 +368,83 @@ func TestCLISnapshots(t *testing.T) {
 	} {
 		if _, _, err := cli(t, url, "", c.args...); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: err = %v, want %q", c.args, err, c.want)
+		}
+	}
+}
+
+// The tree: a snapshot of a sandbox restored from snapshot X is drawn under
+// X; FROM names the sandbox it was taken of, RESTORED AS the live sandboxes
+// started from it.
+func TestCLISnapshotTree(t *testing.T) {
+	_, url := newFakeDaemon(t)
+	for _, args := range [][]string{
+		{"create", "--name", "box"},                       // sbx_1
+		{"checkpoint", "box"},                             // snap_1
+		{"create", "--snapshot", "snap_1", "--name", "a"}, // sbx_2
+		{"create", "--snapshot", "snap_1", "--name", "b"}, // sbx_3
+		{"checkpoint", "--name", "left", "a"},             // snap_2, parent snap_1
+		{"checkpoint", "--memory", "b"},                   // snap_3, parent snap_1
+		{"create", "--snapshot", "snap_2", "--name", "a2"},
+		{"checkpoint", "a2"}, // snap_4, parent snap_2
+		{"create"},           // sbx_5
+		{"checkpoint", "sbx_5"},
+		{"rm", "b"}, // terminated: no longer restored from snap_1
+	} {
+		if out, errOut, err := cli(t, url, "", args...); err != nil {
+			t.Fatalf("%q: %v %s %s", args, err, out, errOut)
+		}
+	}
+	want := "SNAPSHOT NAME TYPE SIZE AGE FROM RESTORED AS\n" +
+		"snap_1 - filesystem 4.0 KiB 2m box a\n" +
+		"├─ snap_2 left filesystem 4.0 KiB 2m a a2\n" +
+		"│ └─ snap_4 - filesystem 4.0 KiB 2m a2 -\n" +
+		"└─ snap_3 - memory 50.0 MiB 2m b -\n" +
+		"snap_5 - filesystem 4.0 KiB 2m sbx_5 -"
+	for _, args := range [][]string{{"snapshots"}, {"snapshot", "ls"}} {
+		out, _, err := cli(t, url, "", args...)
+		if err != nil || fields(out) != want {
+			t.Errorf("%q: %v\n%s\nwant\n%s", args, err, out, want)
+		}
+	}
+	// The tree's columns line up: every row's SIZE starts where the
+	// header's does (box-drawing characters count as one column each).
+	out, _, _ := cli(t, url, "", "snapshots")
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	col := strings.Index(lines[0], "SIZE")
+	for _, l := range lines[1:] {
+		if r := []rune(l); len(r) <= col || !strings.ContainsAny(string(r[col]), "0123456789") {
+			t.Errorf("misaligned row %q (SIZE at rune %d)", l, col)
+		}
+	}
+	// One sandbox's snapshots: their parents outside the list make them roots.
+	out, _, err := cli(t, url, "", "snapshots", "a")
+	if want := "SNAPSHOT NAME TYPE SIZE AGE FROM RESTORED AS\nsnap_2 left filesystem 4.0 KiB 2m a a2"; err != nil || fields(out) != want {
+		t.Errorf("snapshots a: %v\n%s", err, out)
+	}
+	// Forked sandboxes are restored from the fork's snapshot.
+	if _, _, err := cli(t, url, "", "fork", "box", "--name", "f1", "--name", "f2"); err != nil {
+		t.Fatal(err)
+	}
+	out, _, _ = cli(t, url, "", "snapshots", "box")
+	if !strings.Contains(fields(out), "snap_6 fork memory 50.0 MiB 2m box f1, f2") {
+		t.Errorf("fork in the tree:\n%s", out)
+	}
+	// Nothing yet: say how to take one.
+	_, url = newFakeDaemon(t)
+	if out, _, err := cli(t, url, "", "snapshots"); err != nil || out != "no snapshots; forkbox checkpoint SANDBOX takes one\n" {
+		t.Errorf("no snapshots: %v %q", err, out)
+	}
+}
+
+func TestListOrDash(t *testing.T) {
+	for _, c := range []struct {
+		items []string
+		want  string
+	}{
+		{nil, "-"}, {[]string{"a"}, "a"}, {[]string{"a", "b", "c"}, "a, b, c"}, {[]string{"a", "b", "c", "d", "e"}, "a, b, c +2 more"},
+	} {
+		if got := listOrDash(c.items, 3); got != c.want {
+			t.Errorf("listOrDash(%q) = %q, want %q", c.items, got, c.want)
 		}
 	}
 }

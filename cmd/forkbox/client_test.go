@@ -115,6 +115,15 @@ func (d *fakeDaemon) create(w http.ResponseWriter, r *http.Request) {
 		req.SnapshotID = p.SnapshotID
 		p.Ready = max(0, p.Ready-1)
 	}
+	// The host of issue 16: 2 CPUs, 23 GiB.
+	if req.MemoryMB != nil && *req.MemoryMB > 23*1024 {
+		replyErr(w, errdefs.InvalidArgument("memory_mb: %d is more than this host has (23552 MiB; at most 22016 for one sandbox)", *req.MemoryMB))
+		return
+	}
+	if req.CPUs != nil && *req.CPUs > 2 {
+		replyErr(w, errdefs.InvalidArgument("cpus: %v is more than this host has (2 CPUs; at most 2 for one sandbox)", *req.CPUs))
+		return
+	}
 	id := fmt.Sprintf("sbx_%d", len(d.sandboxes)+1)
 	sb := &api.Sandbox{ID: id, Name: req.Name, State: api.StateRunning, Image: "python", CPUs: 1, MemoryMB: 1024,
 		CreatedAt: time.Now().Add(-90 * time.Second), Labels: req.Labels, SnapshotID: req.SnapshotID,
@@ -263,7 +272,7 @@ func TestCLICreateAndList(t *testing.T) {
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if len(lines) != 2 || strings.Join(strings.Fields(lines[0]), " ") != "ID NAME STATE IMAGE CPUS MEM AGE" ||
-		strings.Join(strings.Fields(lines[1]), " ") != "sbx_1 box running python 0.5 512M 1m" {
+		strings.Join(strings.Fields(lines[1]), " ") != "sbx_1 box running python 0.5 512 MiB 1m" {
 		t.Errorf("ls printed:\n%s", out)
 	}
 
@@ -313,7 +322,7 @@ func TestCLIExec(t *testing.T) {
 	}
 
 	_, _, err = cli(t, url, "", "exec", "nope", "--", "echo")
-	if exitCode(err) != 1 || !errors.Is(err, errdefs.ErrNotFound) || err.Error() != `sandbox "nope" not found` {
+	if exitCode(err) != 1 || !errors.Is(err, errdefs.ErrNotFound) || err.Error() != `sandbox "nope" not found; forkbox ls --all lists the sandboxes` {
 		t.Errorf("missing sandbox: %v", err)
 	}
 	if _, _, err = cli(t, url, "", "exec", "box", "ls", "-la"); err == nil || !strings.Contains(err.Error(), "after --") {
@@ -385,7 +394,7 @@ func TestCLIRemove(t *testing.T) {
 	cli(t, url, "", "create", "--name", "a")
 	cli(t, url, "", "create")
 	out, errOut, err := cli(t, url, "", "rm", "a", "nope", "sbx_2")
-	if out != "sbx_1\nsbx_2\n" || errOut != "forkbox: nope: sandbox \"nope\" not found\n" {
+	if out != "sbx_1\nsbx_2\n" || errOut != "forkbox: sandbox \"nope\" not found; forkbox ls --all lists the sandboxes\n" {
 		t.Errorf("out=%q err=%q", out, errOut)
 	}
 	if err == nil || err.Error() != "1 of 3 sandboxes not removed" {
@@ -423,7 +432,7 @@ func TestParseCpArg(t *testing.T) {
 func TestHumanFormats(t *testing.T) {
 	now := time.Now()
 	for _, c := range []struct{ got, want string }{
-		{humanMB(512), "512M"}, {humanMB(2048), "2G"}, {humanMB(1536), "1.5G"}, {humanMB(0), "-"},
+		{humanMiB(512), "512 MiB"}, {humanMiB(2048), "2 GiB"}, {humanMiB(1536), "1.5 GiB"}, {humanMiB(0), "-"},
 		{humanAge(now, now.Add(-30*time.Second)), "30s"}, {humanAge(now, now.Add(-5*time.Hour)), "5h"},
 		{humanAge(now, now.Add(-72*time.Hour)), "3d"}, {humanAge(now, time.Time{}), "-"},
 		{humanBytes(18), "18 B"}, {humanBytes(1536), "1.5 KiB"}, {humanBytes(50 << 20), "50.0 MiB"},
@@ -846,7 +855,7 @@ func TestCLIContexts(t *testing.T) {
 	}
 
 	out, errOut, err := cli(t, url, "", "context", "rm", "box", "ctx_2", "nope", "ctx_3")
-	if out != "ctx_2\nctx_3\n" || errOut != "forkbox: nope: context \"nope\" not found\n" || err == nil || err.Error() != "1 of 3 contexts not removed" {
+	if out != "ctx_2\nctx_3\n" || errOut != "forkbox: context \"nope\" not found\n" || err == nil || err.Error() != "1 of 3 contexts not removed" {
 		t.Errorf("rm: out=%q err=%q %v", out, errOut, err)
 	}
 	if _, _, err := cli(t, url, "", "context", "rm", "box", "ctx_2"); !errors.Is(err, errdefs.ErrNotFound) {

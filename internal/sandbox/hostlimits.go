@@ -298,9 +298,15 @@ func checkHost(spec *store.Spec, info HostInfo, b HostBounds, asked func(field s
 		spec.PIDsLimit = b.PIDs
 	}
 	if b.MemoryMB > 0 && spec.MemoryMB > b.MemoryMB {
-		if asked("memory_mb") {
+		switch {
+		case asked("memory_mb") && spec.MemoryMB > info.MemTotalMB:
 			return errdefs.InvalidArgument("memory_mb: %d%s is more than this host has (%d MiB; at most %d for one sandbox)",
 				spec.MemoryMB, origin, info.MemTotalMB, b.MemoryMB)
+		case asked("memory_mb"):
+			// Within MemTotal but into the host's reserve: "more than
+			// this host has" would not be true.
+			return errdefs.InvalidArgument("memory_mb: %d%s would leave too little of this host's %d MiB to the host itself (%d MiB stay for it; at most %d for one sandbox)",
+				spec.MemoryMB, origin, info.MemTotalMB, b.MemReserveMB, b.MemoryMB)
 		}
 		spec.MemoryMB = b.MemoryMB
 	}

@@ -150,6 +150,52 @@ func TestValidateAgainstTheHost(t *testing.T) {
 	}
 }
 
+// The host of issue 16, 2 CPUs and 23 GiB, where `forkbox create --memory
+// 65536 --cpus 64` was reported accepted: both are refused with a 400 that
+// names the host's numbers, each alone and together, and a request within
+// MemTotal but into the host's reserve is refused without claiming it is
+// more than the host has.
+func TestValidateRefusesMoreThanTheHost(t *testing.T) {
+	m := &Manager{defaults: DefaultDefaults, log: slog.Default()}
+	host := reviewHost
+	host.MemTotalMB = 23 * 1024 // reserve 1472, bound 22080
+	fakeHost(m, host, nil)
+	f := func(v float64) *float64 { return &v }
+	i := func(v int64) *int64 { return &v }
+	for _, c := range []struct {
+		req  api.CreateSandboxRequest
+		want string
+	}{
+		{api.CreateSandboxRequest{MemoryMB: i(65536), CPUs: f(64)}, "memory_mb: 65536 is more than this host has (23552 MiB; at most 22080 for one sandbox)"},
+		{api.CreateSandboxRequest{CPUs: f(64)}, "cpus: 64 is more than this host has (2 CPUs; at most 2 for one sandbox)"},
+		{api.CreateSandboxRequest{CPUs: f(2.5)}, "cpus: 2.5 is more than this host has (2 CPUs; at most 2 for one sandbox)"},
+		{api.CreateSandboxRequest{MemoryMB: i(23553)}, "memory_mb: 23553 is more than this host has (23552 MiB; at most 22080 for one sandbox)"},
+		{api.CreateSandboxRequest{MemoryMB: i(23552)}, "memory_mb: 23552 would leave too little of this host's 23552 MiB to the host itself (1472 MiB stay for it; at most 22080 for one sandbox)"},
+		{api.CreateSandboxRequest{MemoryMB: i(22081)}, "memory_mb: 22081 would leave too little of this host's 23552 MiB to the host itself (1472 MiB stay for it; at most 22080 for one sandbox)"},
+	} {
+		_, err := m.validate(&c.req)
+		if !errors.Is(err, errdefs.ErrInvalidArgument) || err.Error() != c.want {
+			t.Errorf("%+v: %v\nwant %s", c.req, err, c.want)
+			continue
+		}
+		if status, code := errdefs.HTTPStatus(err); status != 400 || code != "invalid_argument" {
+			t.Errorf("%+v: %d %s, want 400 invalid_argument", c.req, status, code)
+		}
+	}
+	if spec, err := m.validate(&api.CreateSandboxRequest{MemoryMB: i(22080), CPUs: f(2)}); err != nil || spec.MemoryMB != 22080 || spec.CPUs != 2 {
+		t.Fatalf("at the bounds: %+v %v", spec, err)
+	}
+	// A restore names the snapshot its values came from, in both wordings.
+	_, err := m.admit(context.Background(), "sbx_r", store.Spec{MemoryMB: 23000}, "snap_big")
+	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.HasPrefix(err.Error(), "memory_mb: 23000 (from snapshot snap_big) would leave too little of this host's 23552 MiB") {
+		t.Fatalf("restore into the reserve: %v", err)
+	}
+	_, err = m.admit(context.Background(), "sbx_r", store.Spec{CPUs: 8}, "snap_big")
+	if !errors.Is(err, errdefs.ErrInvalidArgument) || err.Error() != "cpus: 8 (from snapshot snap_big) is more than this host has (2 CPUs; at most 2 for one sandbox)" {
+		t.Fatalf("restore of more CPUs: %v", err)
+	}
+}
+
 func TestLimitsCarryNoFile(t *testing.T) {
 	m := &Manager{log: slog.Default()}
 	fakeHost(m, reviewHost, nil)

@@ -359,7 +359,7 @@ func (m *Manager) create(ctx context.Context, req *api.CreateSandboxRequest, ver
 		img, err = m.resolveImage(ctx, imgName)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("image: %w", err)
+		return nil, err // it names the image: `image "x" not found`
 	}
 	imgName = img.Name
 	id := newID("sbx_")
