@@ -708,6 +708,8 @@ test('snapshot tree: three forks, names, fits the panel at laptop and phone widt
     r.nodes.forEach((n, i) => assert.ok(inside(n, r.wrap), `${label}: node ${i} ${JSON.stringify(n)} inside ${JSON.stringify(r.wrap)}`));
     assert.ok(r.scrollW <= r.clientW + 1, `${label}: no sideways scrolling in the tree`);
     assert.ok(r.minFont >= 11, `${label}: labels are at least 11px (${r.minFont})`);
+    const panelBody = await page.evaluate(() => { const b = document.querySelector('[data-testid="sandbox-panel"] .panel-body'); return { sw: b.scrollWidth, cw: b.clientWidth }; });
+    assert.ok(panelBody.sw <= panelBody.cw + 1, `${label}: nothing in the panel overflows sideways: ${JSON.stringify(panelBody)}`);
   };
   await fits('laptop');
   await graph.scrollIntoViewIfNeeded();
