@@ -9,6 +9,8 @@
 //   ARTIFACTS_DIR       where screenshots go (default ./artifacts)
 //   FORKBOX_API_KEY     sent as a bearer token when the daemon needs one
 //   CHROMIUM_PATH       the browser (default /usr/bin/chromium)
+//   NO_MODEL_URL        a second daemon without a model (optional: its test
+//                       skips without it)
 //
 // Run: FORKBOX_URL=http://127.0.0.1:8080 node --test test/browser/
 
@@ -83,7 +85,7 @@ async function waitFor(what, fn, timeout = 60000, every = 200) {
 }
 
 /** open starts a fresh browser context at a viewport and loads the UI. */
-async function open(t, viewport, { mobile = false, hash = '', setup } = {}) {
+async function open(t, viewport, { mobile = false, hash = '', setup, base = BASE } = {}) {
   const context = await browser.newContext({
     viewport,
     deviceScaleFactor: mobile ? 2 : 1,
@@ -93,7 +95,7 @@ async function open(t, viewport, { mobile = false, hash = '', setup } = {}) {
     acceptDownloads: true,
     extraHTTPHeaders: API_KEY ? { Authorization: `Bearer ${API_KEY}` } : undefined,
   });
-  await context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: BASE });
+  await context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: base });
   if (setup) await setup(context);
   if (API_KEY) await context.addInitScript((k) => localStorage.setItem('forkbox.apiKey', k), API_KEY);
   // Generous: CI machines may be busy running other tests.
@@ -111,7 +113,7 @@ async function open(t, viewport, { mobile = false, hash = '', setup } = {}) {
     await context.close();
     assert.deepEqual(problems, [], 'the page logged errors');
   });
-  const res = await page.goto(`${BASE}/${hash}`);
+  const res = await page.goto(`${base}/${hash}`);
   assert.equal(res.status(), 200, 'GET / answers 200');
   await page.locator('body[data-ready="true"]').waitFor();
   return page;
@@ -821,4 +823,34 @@ test('chat: stop a streaming answer (1280x800)', { skip, timeout: 180000 }, asyn
   await finished(busy, 30000);
   const after = await runCell(page, "print('free')");
   assert.equal((await after.getByTestId('output-stdout').textContent()).trim(), 'free');
+});
+
+const NO_MODEL = (process.env.NO_MODEL_URL || '').replace(/\/+$/, '');
+
+test('chat without a model: said once on load, with the settings to copy (1280x800, 390x844)', { skip: skip || (NO_MODEL ? false : 'NO_MODEL_URL is not set'), timeout: 180000 }, async (t) => {
+  const hz = await (await fetch(`${NO_MODEL}/healthz`)).json();
+  assert.equal(hz.chat && hz.chat.ready, false, `the daemon says chat is not ready: ${JSON.stringify(hz)}`);
+  for (const [viewport, mobile] of [[LAPTOP, false], [PHONE, true]]) {
+    const page = await open(t, viewport, { mobile, base: NO_MODEL });
+    const off = page.getByTestId('chat-unavailable');
+    await off.waitFor({ state: 'visible' });
+    assert.equal(await page.getByTestId('chat-unavailable').count(), 1);
+    assert.equal((await off.getByTestId('chat-off-why').textContent()).trim(), hz.chat.why.trim(), 'the daemon\'s reason, once');
+    assert.equal(await page.getByTestId('question-input').isDisabled(), true, 'the question box is disabled');
+    assert.equal(await page.getByTestId('send-button').isDisabled(), true);
+    assert.equal(await page.getByTestId('error-banner').count(), 0, 'no banner repeats it');
+    const lines = await off.getByTestId('model-env').allTextContents();
+    assert.deepEqual(lines.map((l) => l.split('=')[0]), ['OPENAI_API_KEY', 'ANTHROPIC_API_KEY', 'OPENAI_BASE_URL']);
+    await off.getByTestId('model-env-copy-all').click();
+    assert.equal(await page.evaluate(() => navigator.clipboard.readText()), lines.join('\n'));
+    if (mobile) await noHorizontalScroll(page);
+    await shot(page, `no-model-${viewport.width}`);
+    if (!mobile) {
+      // Code cells work without a model.
+      const cell = await runCell(page, 'print(6*7)');
+      assert.equal((await cell.getByTestId('output-stdout').textContent()).trim(), '42');
+      await page.getByTestId('tab-chat').click();
+      assert.equal(await page.getByTestId('chat-unavailable').count(), 1, 'still said once');
+    }
+  }
 });

@@ -15,7 +15,8 @@ import (
 // test/browser) against a real daemon whose model is the scripted analyst:
 // upload the sales CSV, ask, see the streamed answer and the chart; run a
 // code cell; fork and see the snapshot graph grow; at laptop and phone
-// widths. Screenshots go to test/browser/artifacts (or $ARTIFACTS_DIR).
+// widths. A second daemon without a model shows how the UI says so.
+// Screenshots go to test/browser/artifacts (or $ARTIFACTS_DIR).
 // make setup installs Chromium, Node's packages and everything else.
 func TestBrowserUI(t *testing.T) {
 	needRoot(t)
@@ -35,6 +36,8 @@ func TestBrowserUI(t *testing.T) {
 	model := chattest.NewOpenAI(t)
 	model.SetNext(analystScript)
 	d := startChatDaemon(t, "OPENAI_BASE_URL="+model.URL+"/v1", "OPENAI_API_KEY=test-key", "FORKBOX_MODEL=scripted-analyst")
+	// A second daemon has no model: the UI says so once, on load.
+	noModel := startChatDaemon(t, "OPENAI_BASE_URL=", "OPENAI_API_KEY=", "ANTHROPIC_API_KEY=", "FORKBOX_MODEL=")
 
 	csvText, profit := salesCSV()
 	csvPath := filepath.Join(t.TempDir(), "sales.csv")
@@ -55,6 +58,7 @@ func TestBrowserUI(t *testing.T) {
 	cmd.Dir = browserDir
 	cmd.Env = append(os.Environ(),
 		"FORKBOX_URL=http://"+d.addr,
+		"NO_MODEL_URL=http://"+noModel.addr,
 		"SALES_CSV="+csvPath,
 		fmt.Sprintf("EXPECT_ANSWER_TEXT=North made a profit of %.2f", math.Round(profit["North"]*100)/100),
 		"ARTIFACTS_DIR="+artifacts,

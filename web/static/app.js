@@ -1568,6 +1568,8 @@ function renderSandbox() {
   for (const b of el.actions.querySelectorAll('[data-action]')) {
     b.disabled = state.actionBusy || !can[b.dataset.action];
   }
+  $('export-conversation').disabled = !state.conv;
+  $('export-sandbox').disabled = !id;
 }
 
 async function refreshSandbox(withGraph = false) {
@@ -1938,6 +1940,7 @@ async function start() {
   renderHeader();
   showThreads();
   setFocus('');
+  refreshFiles();
   updateComposer();
   startPolling();
   checkHealth();
