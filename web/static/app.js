@@ -207,6 +207,10 @@ function clearBanners() { el.banners.replaceChildren(); }
 
 function toast(message, kind = '') {
   const t = h('div', { class: `toast ${kind}`, role: 'status', 'data-testid': 'toast', text: message });
+  // On a phone the toasts sit just above the question or code box, not over it.
+  const box = state.mode === 'chat' ? el.composer : el.codeForm;
+  const top = isNarrow(759) && box ? box.getBoundingClientRect().top : 0;
+  el.toasts.style.bottom = top > 0 && top < window.innerHeight ? `${Math.round(window.innerHeight - top + 6)}px` : '';
   el.toasts.append(t);
   while (el.toasts.children.length > 4) el.toasts.firstElementChild.remove();
   setTimeout(() => t.remove(), kind === 'error' ? 6000 : 3500);
