@@ -283,39 +283,47 @@ func ClampToHost(l runtime.Limits) runtime.Limits {
 
 // checkHost refuses (invalid_argument, naming the field, the value and the
 // host's bound) the limits of spec that this host could never give one
-// sandbox, and lowers those that nobody asked for to the bound. from says
-// where the values came from, for the message ("" for the request).
+// sandbox, every such limit in one message ("memory_mb: …; cpus: …"), and
+// lowers those that nobody asked for to the bound. from says where the
+// values came from, for the message ("" for the request).
 func checkHost(spec *store.Spec, info HostInfo, b HostBounds, asked func(field string) bool, from string) error {
 	origin := ""
 	if from != "" {
 		origin = " (" + from + ")"
 	}
+	var refused []string
 	if b.PIDs > 0 && spec.PIDsLimit > b.PIDs {
 		if asked("pids_limit") {
-			return errdefs.InvalidArgument("pids_limit: %d%s is more than this host can give one sandbox (pid_max %d, threads-max %d, file-max %d; at most %d for one sandbox)",
-				spec.PIDsLimit, origin, info.PIDMax, info.ThreadsMax, info.FileMax, b.PIDs)
+			refused = append(refused, fmt.Sprintf("pids_limit: %d%s is more than this host can give one sandbox (pid_max %d, threads-max %d, file-max %d; at most %d for one sandbox)",
+				spec.PIDsLimit, origin, info.PIDMax, info.ThreadsMax, info.FileMax, b.PIDs))
+		} else {
+			spec.PIDsLimit = b.PIDs
 		}
-		spec.PIDsLimit = b.PIDs
 	}
 	if b.MemoryMB > 0 && spec.MemoryMB > b.MemoryMB {
 		switch {
 		case asked("memory_mb") && spec.MemoryMB > info.MemTotalMB:
-			return errdefs.InvalidArgument("memory_mb: %d%s is more than this host has (%d MiB; at most %d for one sandbox)",
-				spec.MemoryMB, origin, info.MemTotalMB, b.MemoryMB)
+			refused = append(refused, fmt.Sprintf("memory_mb: %d%s is more than this host has (%d MiB; at most %d for one sandbox)",
+				spec.MemoryMB, origin, info.MemTotalMB, b.MemoryMB))
 		case asked("memory_mb"):
 			// Within MemTotal but into the host's reserve: "more than
 			// this host has" would not be true.
-			return errdefs.InvalidArgument("memory_mb: %d%s would leave too little of this host's %d MiB to the host itself (%d MiB stay for it; at most %d for one sandbox)",
-				spec.MemoryMB, origin, info.MemTotalMB, b.MemReserveMB, b.MemoryMB)
+			refused = append(refused, fmt.Sprintf("memory_mb: %d%s would leave too little of this host's %d MiB to the host itself (%d MiB stay for it; at most %d for one sandbox)",
+				spec.MemoryMB, origin, info.MemTotalMB, b.MemReserveMB, b.MemoryMB))
+		default:
+			spec.MemoryMB = b.MemoryMB
 		}
-		spec.MemoryMB = b.MemoryMB
 	}
 	if b.CPUs > 0 && spec.CPUs > b.CPUs {
 		if asked("cpus") {
-			return errdefs.InvalidArgument("cpus: %v%s is more than this host has (%d CPUs; at most %d for one sandbox)",
-				spec.CPUs, origin, info.CPUs, info.CPUs)
+			refused = append(refused, fmt.Sprintf("cpus: %v%s is more than this host has (%d CPUs; at most %d for one sandbox)",
+				spec.CPUs, origin, info.CPUs, info.CPUs))
+		} else {
+			spec.CPUs = b.CPUs
 		}
-		spec.CPUs = b.CPUs
+	}
+	if len(refused) > 0 {
+		return errdefs.InvalidArgument("%s", strings.Join(refused, "; "))
 	}
 	return nil
 }

@@ -152,7 +152,8 @@ func TestValidateAgainstTheHost(t *testing.T) {
 
 // The host of issue 16, 2 CPUs and 23 GiB, where `forkbox create --memory
 // 65536 --cpus 64` was reported accepted: both are refused with a 400 that
-// names the host's numbers, each alone and together, and a request within
+// names the host's numbers, each alone and together (one message that
+// names both, so the next try can fix both), and a request within
 // MemTotal but into the host's reserve is refused without claiming it is
 // more than the host has.
 func TestValidateRefusesMoreThanTheHost(t *testing.T) {
@@ -166,7 +167,8 @@ func TestValidateRefusesMoreThanTheHost(t *testing.T) {
 		req  api.CreateSandboxRequest
 		want string
 	}{
-		{api.CreateSandboxRequest{MemoryMB: i(65536), CPUs: f(64)}, "memory_mb: 65536 is more than this host has (23552 MiB; at most 22080 for one sandbox)"},
+		{api.CreateSandboxRequest{MemoryMB: i(65536), CPUs: f(64)}, "memory_mb: 65536 is more than this host has (23552 MiB; at most 22080 for one sandbox); cpus: 64 is more than this host has (2 CPUs; at most 2 for one sandbox)"},
+		{api.CreateSandboxRequest{MemoryMB: i(65536)}, "memory_mb: 65536 is more than this host has (23552 MiB; at most 22080 for one sandbox)"},
 		{api.CreateSandboxRequest{CPUs: f(64)}, "cpus: 64 is more than this host has (2 CPUs; at most 2 for one sandbox)"},
 		{api.CreateSandboxRequest{CPUs: f(2.5)}, "cpus: 2.5 is more than this host has (2 CPUs; at most 2 for one sandbox)"},
 		{api.CreateSandboxRequest{MemoryMB: i(23553)}, "memory_mb: 23553 is more than this host has (23552 MiB; at most 22080 for one sandbox)"},
