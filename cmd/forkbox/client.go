@@ -93,7 +93,7 @@ func explain(err error) error {
 	case errors.As(err, &ae) && ae.Quota != nil:
 		return &quotaError{err: err, q: ae.Quota}
 	case errors.As(err, &ae) && errors.Is(err, errdefs.ErrNotFound):
-		if hint := notFoundHint(ae.Message); hint != "" {
+		if hint := notFoundHint(ae.Message); hint != "" && !strings.Contains(err.Error(), hint) {
 			return fmt.Errorf("%w; %s", err, hint)
 		}
 	}

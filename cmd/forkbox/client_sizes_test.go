@@ -221,6 +221,10 @@ func TestCLIErrorHints(t *testing.T) {
 			t.Errorf("explain(%q) = %q, want %q", msg, got, want)
 		}
 	}
+	once := explain(apiErr(404, "not_found", `sandbox "x" not found`))
+	if got := explain(once); got.Error() != `sandbox "x" not found; forkbox ls --all lists the sandboxes` || !errors.Is(got, errdefs.ErrNotFound) {
+		t.Errorf("explain twice: %q", got)
+	}
 	if got := itemError("nope", apiErr(404, "not_found", `pool "nope" not found`)); got != `pool "nope" not found; forkbox pool ls lists the pools` {
 		t.Errorf("itemError names the item twice: %q", got)
 	}
