@@ -136,7 +136,6 @@ const state = {
   focus: '',         // the sandbox shown in the panel; code cells run there
   sandbox: null,     // the focused sandbox as last fetched
   pending: [],       // files for the next question: {file, status, uploaded, error, el, promise}
-  files: new Map(),  // conversation id → its uploaded files
   mode: 'chat',
   streaming: new Set(), // conversation ids (or '' for a new one) with a question in flight
   codeBusy: false,
@@ -445,7 +444,7 @@ function newConversation() {
   renderHeader();
   renderConversations();
   showThreads();
-  renderFiles();
+  refreshFiles();
   setFocus('');
   if (isNarrow(759)) setDrawer('sidebar', false);
   (state.mode === 'chat' ? el.question : el.codeInput).focus({ preventScroll: true });
@@ -471,7 +470,6 @@ async function selectConversation(id) {
     if (!state.streaming.has(id)) {
       thread.replaceChildren(...(conv.turns || []).flatMap(renderTurn));
     }
-    state.files.set(id, conv.files || []);
     showThreads();
     setFocus(conv.sandbox);
     loadCells(conv);
@@ -502,7 +500,6 @@ function adoptConversation(conv) {
   if (draftThread) { draftThread.dataset.conversation = conv.id; state.threads.set(conv.id, draftThread); state.threads.delete(''); }
   if (draftCells) { draftCells.dataset.conversation = conv.id; state.cells.set(conv.id, draftCells); state.cells.delete(''); }
   if (state.streaming.delete('')) state.streaming.add(conv.id);
-  if (state.files.has('')) { state.files.set(conv.id, state.files.get('')); state.files.delete(''); }
   state.conv = { ...conv };
   history.replaceState(null, '', `#c=${encodeURIComponent(conv.id)}`);
   renderHeader();
@@ -956,9 +953,7 @@ function addFiles(fileList) {
     p.promise = api.upload(file, state.conv ? state.conv.id : '').then((uploaded) => {
       p.status = 'ready';
       p.uploaded = uploaded;
-      const key = convAtUpload;
-      state.files.set(key, [...(state.files.get(key) || []).filter((f) => f.id !== uploaded.id), uploaded]);
-      renderFiles();
+      if (convKey() === convAtUpload) refreshFiles();
     }, (err) => {
       p.status = 'failed';
       p.error = err.message;
@@ -973,8 +968,6 @@ function addFiles(fileList) {
   renderPending();
   el.question.focus({ preventScroll: true });
 }
-
-function renderFiles() { refreshFiles(); }
 
 // ---------------------------------------------------------------- the /workspace browser
 
@@ -1264,7 +1257,6 @@ async function sendQuestion() {
         if (state.conv && state.conv.id === c.id) {
           state.conv = { ...state.conv, ...c, turns: undefined, cells: undefined };
           renderHeader();
-          if (c.files) state.files.set(c.id, c.files);
           if (c.sandbox && c.sandbox !== homeSandbox()) setFocus(c.sandbox);
           loadCells(c);
         }
