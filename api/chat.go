@@ -98,6 +98,9 @@ type Conversation struct {
 	// Turns and Files are filled by GET /v1/conversations/{id} only.
 	Turns []ChatTurn     `json:"turns,omitempty"`
 	Files []UploadedFile `json:"files,omitempty"`
+	// Cells is the code the conversation's sandbox ran, the user's cells and
+	// the model's steps, in order (GET /v1/conversations/{id} only).
+	Cells []Cell `json:"cells,omitempty"`
 }
 
 // ChatTurn is one question and its answer, as stored.

@@ -68,3 +68,44 @@ type Context struct {
 type ContextList struct {
 	Contexts []Context `json:"contexts"`
 }
+
+// Cell is one run of code in a sandbox, as its history keeps it: every
+// POST /v1/sandboxes/{sandbox}/code (source "user") and every step the chat
+// model runs (source "model"). GET /v1/sandboxes/{sandbox}/cells lists them;
+// the notebook export is made of them.
+type Cell struct {
+	ID        string     `json:"id"`
+	Sandbox   string     `json:"sandbox"`
+	Seq       int        `json:"seq,omitempty"` // from 1, per sandbox; 0 until stored
+	Source    string     `json:"source"`        // "user" or "model"
+	Code      string     `json:"code"`
+	Language  string     `json:"language"`
+	ContextID string     `json:"context_id,omitempty"`
+	Execution *Execution `json:"execution"`
+	CreatedAt time.Time  `json:"created_at"`
+}
+
+// Cell sources.
+const (
+	CellUser  = "user"
+	CellModel = "model"
+)
+
+// CellList is the body of GET /v1/sandboxes/{sandbox}/cells, oldest first.
+type CellList struct {
+	Cells []Cell `json:"cells"`
+}
+
+// NotebookRun answers POST /v1/sandboxes/{sandbox}/notebook (and is the data
+// of its SSE "done" event, without Cells): the code cells of an uploaded
+// notebook run in order; Stopped says a cell failed and the rest were not
+// run.
+type NotebookRun struct {
+	Cells   []Cell `json:"cells,omitempty"`
+	Ran     int    `json:"ran"`
+	Total   int    `json:"total"`
+	Stopped bool   `json:"stopped"`
+}
+
+// EventCell is the SSE event of a notebook run's finished cell (data: a Cell).
+const EventCell = "cell"

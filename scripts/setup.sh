@@ -40,6 +40,8 @@ PACKAGES=(
 	util-linux
 	# Benchmark baseline.
 	runc
+	# Tests: notebook exports are validated with Jupyter's own nbformat.
+	python3-nbformat
 	# Building and testing: make, and a C toolchain for `go test -race`
 	# (the race detector needs cgo). Go itself is not a Debian 12 package
 	# at the version we need; it is expected in /usr/local/go.

@@ -94,6 +94,15 @@ func New(st store.ConversationStore, mgr *sandbox.Manager, cfg Config) (*Service
 // MaxUploadBytes is the upload limit.
 func (s *Service) MaxUploadBytes() int64 { return s.cfg.MaxUploadBytes }
 
+// Ready says whether a model provider is configured; if not, why (and how
+// to configure one).
+func (s *Service) Ready() (bool, string) {
+	if s.cfg.Provider != nil {
+		return true, ""
+	}
+	return false, s.cfg.ProviderErr.Error()
+}
+
 func newID(prefix string) string {
 	var b [10]byte
 	_, _ = rand.Read(b[:])
@@ -107,7 +116,11 @@ func (s *Service) CreateConversation(ctx context.Context, title string) (*api.Co
 		return nil, errdefs.InvalidArgument("title: at most 200 bytes")
 	}
 	if title == "" {
-		title = "New conversation"
+		title = defaultTitle
+	}
+	title, err := s.uniqueTitle(ctx, title, "")
+	if err != nil {
+		return nil, err
 	}
 	now := time.Now().UTC()
 	c := &store.Conversation{ID: newID("conv_"), Title: title, CreatedAt: now, UpdatedAt: now}
@@ -212,6 +225,16 @@ func (s *Service) GetConversation(ctx context.Context, id string) (*api.Conversa
 	v.Files = []api.UploadedFile{}
 	for _, u := range ups {
 		v.Files = append(v.Files, uploadView(u))
+	}
+	v.Cells = []api.Cell{}
+	if c.SandboxID != "" {
+		cells, err := s.mgr.Cells(ctx, c.SandboxID)
+		if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			return nil, err
+		}
+		if cells != nil {
+			v.Cells = cells
+		}
 	}
 	return v, nil
 }
@@ -436,6 +459,15 @@ func (s *Service) Ask(ctx context.Context, req *api.ChatRequest, emit func(api.C
 		return nil, err
 	}
 	defer unlock()
+	if c.Title == defaultTitle || strings.HasPrefix(c.Title, defaultTitle+" (") {
+		// Made before its first question (the UI's Code tab): this one names it.
+		if t, err := s.uniqueTitle(ctx, titleOf(question), c.ID); err == nil && t != "" {
+			c.Title = t
+			if err := s.store.UpdateConversation(ctx, c); err != nil {
+				s.log.Warn("title conversation", "conversation", c.ID, "err", err)
+			}
+		}
+	}
 	sandboxID, replaced, err := s.ensureSandbox(ctx, c)
 	if err != nil {
 		return nil, err
@@ -464,6 +496,7 @@ func (s *Service) Ask(ctx context.Context, req *api.ChatRequest, emit func(api.C
 	runner := chat.RunnerFunc(func(ctx context.Context, code string, on func(chat.Output)) (*api.Execution, error) {
 		to := s.cfg.CellTimeout.Milliseconds()
 		return s.mgr.RunCode(ctx, sandboxID, &api.RunCodeRequest{Code: code, TimeoutMS: &to}, sandbox.CodeOptions{
+			Source: api.CellModel,
 			OnEvent: func(ev agent.CodeEvent) {
 				if on != nil && ev.Type != "done" {
 					on(chat.Output{Type: ev.Type, Text: ev.Text, Result: ev.Result, Error: ev.Error})
@@ -503,6 +536,30 @@ func (s *Service) Ask(ctx context.Context, req *api.ChatRequest, emit func(api.C
 	}
 	return &api.ChatResponse{Answer: res.Answer, Images: images, Steps: steps, ConversationID: c.ID,
 		Sandbox: sandboxID, Rounds: res.Rounds, Truncated: res.Truncated}, nil
+}
+
+// defaultTitle names a conversation made before its first question; that
+// question names it then.
+const defaultTitle = "New conversation"
+
+// uniqueTitle is title, or title with the first free " (n)" after it, so
+// that no two of a tenant's conversations (but self's) share one.
+func (s *Service) uniqueTitle(ctx context.Context, title, self string) (string, error) {
+	all, err := s.store.ListConversations(ctx)
+	if err != nil {
+		return "", err
+	}
+	taken := map[string]bool{}
+	for _, c := range all {
+		if c.ID != self {
+			taken[c.Title] = true
+		}
+	}
+	out := title
+	for n := 2; taken[out]; n++ {
+		out = fmt.Sprintf("%s (%d)", title, n)
+	}
+	return out, nil
 }
 
 // titleOf makes a conversation title from its first question.

@@ -385,8 +385,10 @@ func (p *proc) dial(sock zmq4.Socket, port int) error {
 	}
 }
 
-// ipykernelConfig is loaded by every ipykernel forkbox starts.
-const ipykernelConfig = "c.InlineBackend.print_figure_kwargs = {'bbox_inches': None}\n"
+// ipykernelConfig is loaded by every ipykernel forkbox starts: figures are
+// cropped to what they draw (labels, titles and ticks included: matplotlib's
+// own bbox would cut long tick labels such as dates), as notebooks do.
+const ipykernelConfig = "c.InlineBackend.print_figure_kwargs = {'bbox_inches': 'tight'}\n"
 
 // command builds the kernel's argv and env from the spec and the options.
 func (k *Kernel) command(connFile string) (argv, env []string) {

@@ -20,6 +20,11 @@ var (
 // CodeOptions streams a cell's events while it runs; nil callbacks are skipped.
 type CodeOptions struct {
 	OnEvent func(agent.CodeEvent)
+	// Source is who runs the cell, as its history records it: api.CellUser
+	// (the default) or api.CellModel.
+	Source string
+	// OnRecorded is given the cell as its history records it (nil: skipped).
+	OnRecorded func(api.Cell)
 }
 
 // RunCode runs a cell in a context of a sandbox (SPEC §4).
@@ -67,6 +72,7 @@ func (m *Manager) RunCode(ctx context.Context, ref string, req *api.RunCodeReque
 		exec.Error.Value = fmt.Sprintf("the kernel ran out of memory and was killed (the sandbox's memory_mb limit was reached): %s", exec.Error.Value)
 	}
 	normalize(exec)
+	m.recordCell(l, req, opts, exec, start)
 	return exec, nil
 }
 

@@ -157,6 +157,19 @@ var migrations = []string{
 	);
 	CREATE INDEX audit_tenant ON audit(tenant, id);
 	CREATE INDEX audit_at ON audit(at);`,
+	// 8: cells, the history of the code each sandbox ran (its notebook).
+	`CREATE TABLE cells (
+		id         TEXT PRIMARY KEY,
+		tenant     TEXT NOT NULL DEFAULT 'default',
+		sandbox_id TEXT NOT NULL,
+		seq        INTEGER NOT NULL,
+		source     TEXT NOT NULL,
+		language   TEXT NOT NULL DEFAULT '',
+		code       TEXT NOT NULL,
+		execution  TEXT NOT NULL,
+		created_at INTEGER NOT NULL,
+		UNIQUE (sandbox_id, seq)
+	);`,
 }
 
 // SQLite is the embedded Store: one database file in the data directory,
@@ -168,6 +181,7 @@ type SQLite struct {
 var (
 	_ Store             = (*SQLite)(nil)
 	_ ConversationStore = (*SQLite)(nil)
+	_ CellStore         = (*SQLite)(nil)
 )
 
 // OpenSQLite opens (creating if needed) the database at path and migrates it

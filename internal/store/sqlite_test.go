@@ -45,9 +45,9 @@ func TestSQLiteConversationsReopenAndUpgrade(t *testing.T) {
 	if err := s.Create(ctx, testSandbox(1)); err != nil {
 		t.Fatal(err)
 	}
-	// Back to schema 5, as an older forkbox left it: 7 undone, then 6.
+	// Back to schema 5, as an older forkbox left it: 8, 7 undone, then 6.
 	db := store.RawDB(s)
-	for _, q := range []string{`DROP TABLE audit`, `DROP TABLE tenants`, `DROP TABLE api_keys`,
+	for _, q := range []string{`DROP TABLE cells`, `DROP TABLE audit`, `DROP TABLE tenants`, `DROP TABLE api_keys`,
 		`DROP INDEX sandboxes_live_name`, `DROP INDEX sandboxes_name`, `ALTER TABLE sandboxes DROP COLUMN tenant`,
 		`CREATE UNIQUE INDEX sandboxes_live_name ON sandboxes(name) WHERE name != '' AND state != 'terminated'`,
 		`CREATE INDEX sandboxes_name ON sandboxes(name)`, `ALTER TABLE snapshots DROP COLUMN tenant`,

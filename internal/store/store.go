@@ -323,3 +323,36 @@ type ConversationStore interface {
 	// it). An unknown upload or conversation is errdefs.ErrNotFound.
 	SetUploadConversation(ctx context.Context, id, conversationID string) error
 }
+
+// Cell is one run of code in a sandbox, as recorded: the sandbox's cell
+// history is its notebook.
+type Cell struct {
+	ID        string
+	Tenant    string
+	SandboxID string
+	// Seq numbers a sandbox's cells from 1; AppendCells assigns it.
+	Seq int
+	// Source is who ran it: "user" (the API) or "model" (the chat's model).
+	Source   string
+	Language string
+	Code     string
+	// Execution is the api.Execution as JSON; the store does not interpret it.
+	Execution json.RawMessage
+	CreatedAt time.Time
+}
+
+// MaxCellsPerSandbox is how many cells a sandbox's history keeps: older ones
+// are dropped as new ones come.
+const MaxCellsPerSandbox = 1000
+
+// CellStore keeps the cells sandboxes ran. *SQLite implements it.
+type CellStore interface {
+	// AppendCells records cells (their Tenant as set, not the context's: the
+	// writer is batched) in one transaction, giving each the next Seq of its
+	// sandbox and dropping a sandbox's cells beyond MaxCellsPerSandbox,
+	// oldest first.
+	AppendCells(ctx context.Context, cells []Cell) error
+	// ListCells returns a sandbox's cells by Seq, of the context's tenant
+	// (none for an unknown sandbox).
+	ListCells(ctx context.Context, sandboxID string) ([]*Cell, error)
+}

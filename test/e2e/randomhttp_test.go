@@ -95,6 +95,9 @@ func rhRoutes() []*rhRoute {
 		{method: "DELETE", pattern: "/v1/sandboxes/{sandbox}/files", weight: 2, query: rhFileQuery},
 		{method: "GET", pattern: "/v1/sandboxes/{sandbox}/files/list", weight: 3, query: rhFileQuery},
 		{method: "POST", pattern: "/v1/sandboxes/{sandbox}/code", weight: 9, body: rhCodeBody, stream: "code"},
+		{method: "GET", pattern: "/v1/sandboxes/{sandbox}/cells", weight: 2},
+		{method: "GET", pattern: "/v1/sandboxes/{sandbox}/notebook", weight: 1},
+		{method: "POST", pattern: "/v1/sandboxes/{sandbox}/notebook", weight: 2, body: rhNotebookBody, stream: "notebook"},
 		{method: "POST", pattern: "/v1/sandboxes/{sandbox}/checkpoint", weight: 3, body: rhCheckpointBody},
 		{method: "POST", pattern: "/v1/sandboxes/{sandbox}/fork", weight: 2, body: rhForkBody},
 		{method: "POST", pattern: "/v1/sandboxes/{sandbox}/suspend", weight: 3, body: rhNoBody},
@@ -119,6 +122,7 @@ func rhRoutes() []*rhRoute {
 		{method: "GET", pattern: "/v1/conversations", weight: 1},
 		{method: "GET", pattern: "/v1/conversations/{id}", weight: 2},
 		{method: "DELETE", pattern: "/v1/conversations/{id}", weight: 1, destructive: true},
+		{method: "GET", pattern: "/v1/conversations/{id}/notebook", weight: 1},
 		{method: "POST", pattern: "/v1/files", weight: 2, body: rhCSVUploadBody},
 		{method: "POST", pattern: "/v1/keys", weight: 1, body: rhKeyBody},
 		{method: "GET", pattern: "/v1/keys", weight: 1, query: rhTenantQuery},
@@ -661,15 +665,19 @@ func rhExecBody(g *rhGen) rhBody {
 
 // rhCodeBody: cells that end on their own; a cell that would not (a busy
 // loop, a long sleep) always carries a short timeout_ms.
+// rhCode is a cell's code: ordinary, failing, slow, huge or hostile (or,
+// now and then, not a string: g.str's weird values).
+func rhCode(g *rhGen) any {
+	return g.str("1+1", "x = 5", "x", "print('a' * 100000)", "import time; time.sleep(0.3)",
+		"raise ValueError('boom')", "def f(:", "import sys; sys.exit(3)", "import os; os.kill(os.getpid(), 9)",
+		"import matplotlib.pyplot as plt; plt.plot([1, 3, 2]); plt.show()", "while True: pass",
+		"import time; time.sleep(120)", "globals().get('rh', 0) + 1", "'\\x00'", "print('\\ud800'.encode('utf-8', 'surrogatepass'))",
+		"import numpy as np; np.zeros((1000, 1000)).sum()", "input()", "")
+}
+
 func rhCodeBody(g *rhGen) rhBody {
 	return g.jsonBody([]rhField{
-		{"!code", func(g *rhGen) any {
-			return g.str("1+1", "x = 5", "x", "print('a' * 100000)", "import time; time.sleep(0.3)",
-				"raise ValueError('boom')", "def f(:", "import sys; sys.exit(3)", "import os; os.kill(os.getpid(), 9)",
-				"import matplotlib.pyplot as plt; plt.plot([1, 3, 2]); plt.show()", "while True: pass",
-				"import time; time.sleep(120)", "globals().get('rh', 0) + 1", "'\\x00'", "print('\\ud800'.encode('utf-8', 'surrogatepass'))",
-				"import numpy as np; np.zeros((1000, 1000)).sum()", "input()", "")
-		}},
+		{"!code", func(g *rhGen) any { return rhCode(g) }},
 		{"language", func(g *rhGen) any { return g.str("python", "python", "python", "python3", "r") }},
 		{"context", func(g *rhGen) any { return g.st.contextRef(g) }},
 		{"timeout_ms", func(g *rhGen) any { return g.num(500, 5000, 1, 0, -1) }},
@@ -682,6 +690,36 @@ func rhCodeBody(g *rhGen) rhBody {
 			obj["timeout_ms"] = 300 + g.n(700)
 		}
 	})
+}
+
+// rhNotebookBody is an uploaded notebook: a few cells of rhCodeBody's
+// code (as a string or a list of lines), or a broken one.
+func rhNotebookBody(g *rhGen) rhBody {
+	switch g.n(8) {
+	case 0:
+		return g.jsonBody(nil, nil)
+	case 1:
+		return rhBody{data: g.bytes()}
+	case 2:
+		return rhBody{data: []byte(rhPick(g, `{"nbformat":3,"worksheets":[]}`, `{"nbformat":4,"cells":[{"cell_type":"code","source":7}]}`, `{"nbformat":4}`, `{"nbformat":"4"}`))}
+	}
+	var cells []map[string]any
+	for range g.n(4) {
+		code, ok := rhCode(g).(string)
+		if !ok {
+			code = "1"
+		}
+		if code == "while True: pass" || code == "import time; time.sleep(120)" || code == "input()" {
+			code = "import time; time.sleep(0.2)"
+		}
+		var src any = code
+		if g.p(0.5) {
+			src = strings.SplitAfter(code, "\n")
+		}
+		cells = append(cells, map[string]any{"cell_type": rhPick(g, "code", "code", "markdown", "raw"), "source": src, "metadata": map[string]any{}})
+	}
+	b, _ := json.Marshal(map[string]any{"nbformat": 4, "nbformat_minor": g.num(0, 5, 5, 99), "metadata": map[string]any{}, "cells": cells})
+	return rhBody{data: b, ctype: rhPick(g, "application/json", "application/x-ipynb+json", "")}
 }
 
 func rhCheckpointBody(g *rhGen) rhBody {
@@ -1630,8 +1668,8 @@ func (run *rhRun) checkStream(req *rhRequest, body []byte, show func() string) {
 	if other := run.routes[req.method+" "+rt.pattern]; req.method != rt.method && other != nil {
 		rt = other // another method: that route answered
 	}
-	final := map[string][]string{"exec": {"exit", "error"}, "code": {"done", "failure"}, "chat": {"done", "error"}, "build": {"done", "error"}}[rt.stream]
-	errEvent := map[string]string{"exec": "error", "code": "failure", "chat": "error", "build": "error"}[rt.stream]
+	final := map[string][]string{"exec": {"exit", "error"}, "code": {"done", "failure"}, "notebook": {"done", "failure"}, "chat": {"done", "error"}, "build": {"done", "error"}}[rt.stream]
+	errEvent := map[string]string{"exec": "error", "code": "failure", "notebook": "failure", "chat": "error", "build": "error"}[rt.stream]
 	if final == nil {
 		run.fail("an SSE answer from a route that does not stream\n  request: %s\n  answer: %s", req, show())
 		return
