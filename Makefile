@@ -46,8 +46,9 @@ setup:
 
 # The default "python" image (images/python.yaml): built once (a few minutes:
 # debootstrap plus apt), then served from the layer cache in under a second.
+# prepare takes serve's flags (ARGS), so images go where that daemon looks.
 image: build
-	$(SUDO) ./$(BIN) prepare
+	$(SUDO) ./$(BIN) prepare $(ARGS)
 
 run: setup build install image
 	exec ./$(BIN) serve $(ARGS)

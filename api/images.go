@@ -25,6 +25,9 @@ type Image struct {
 // ImageList is the body of GET /v1/images.
 type ImageList struct {
 	Images []Image `json:"images"`
+	// Building are the daemon's own images being built now (not yet in
+	// Images).
+	Building []ImageReadiness `json:"building,omitempty"`
 }
 
 // Recipe is how an image is built (POST /v1/images with a JSON or YAML
@@ -84,4 +87,36 @@ type BuildEvent struct {
 	Cached bool   `json:"cached,omitempty"`
 	Line   string `json:"line,omitempty"`
 	Image  *Image `json:"image,omitempty"`
+}
+
+// ImageReadiness is the state of an image the daemon makes itself (the
+// default python image, built from its recipe at start): "building" with
+// its step, "ready", or "failed" with why.
+type ImageReadiness struct {
+	Name  string `json:"name"`
+	State string `json:"state"`
+	Step  int    `json:"step,omitempty"`
+	Steps int    `json:"steps,omitempty"`
+	Error string `json:"error,omitempty"`
+}
+
+// Image readiness states.
+const (
+	ImageBuilding = "building"
+	ImageReady    = "ready"
+	ImageFailed   = "failed"
+)
+
+// Health is the body of GET /healthz: the daemon answers; Images says
+// whether its own images are ready, Chat whether a model is configured.
+type Health struct {
+	Status string           `json:"status"`
+	Images []ImageReadiness `json:"images"`
+	Chat   *ChatReadiness   `json:"chat,omitempty"`
+}
+
+// ChatReadiness says whether the chat has a model, and if not, why.
+type ChatReadiness struct {
+	Ready bool   `json:"ready"`
+	Why   string `json:"why,omitempty"`
 }

@@ -52,12 +52,18 @@ var documented = map[string]reflect.Type{
 	"Error":                reflect.TypeFor[api.Error](),
 	"ErrorBody":            reflect.TypeFor[api.ErrorBody](),
 
-	"Image":      reflect.TypeFor[api.Image](),
-	"ImageList":  reflect.TypeFor[api.ImageList](),
-	"Recipe":     reflect.TypeFor[api.Recipe](),
-	"RecipeStep": reflect.TypeFor[api.RecipeStep](),
-	"CopyStep":   reflect.TypeFor[api.CopyStep](),
-	"BuildEvent": reflect.TypeFor[api.BuildEvent](),
+	"Image":          reflect.TypeFor[api.Image](),
+	"ImageList":      reflect.TypeFor[api.ImageList](),
+	"ImageReadiness": reflect.TypeFor[api.ImageReadiness](),
+	"Health":         reflect.TypeFor[api.Health](),
+	"ChatReadiness":  reflect.TypeFor[api.ChatReadiness](),
+	"Cell":           reflect.TypeFor[api.Cell](),
+	"CellList":       reflect.TypeFor[api.CellList](),
+	"NotebookRun":    reflect.TypeFor[api.NotebookRun](),
+	"Recipe":         reflect.TypeFor[api.Recipe](),
+	"RecipeStep":     reflect.TypeFor[api.RecipeStep](),
+	"CopyStep":       reflect.TypeFor[api.CopyStep](),
+	"BuildEvent":     reflect.TypeFor[api.BuildEvent](),
 
 	"ChatRequest":               reflect.TypeFor[api.ChatRequest](),
 	"ChatResponse":              reflect.TypeFor[api.ChatResponse](),
@@ -91,7 +97,7 @@ var requestBodies = []string{"CreateSandboxRequest", "UpdateSandboxRequest", "Ne
 
 // schemaOnly are documented shapes without a Go type in package api. Result
 // is the map[string]any of Execution.Results and of a result event.
-var schemaOnly = map[string]bool{"Health": true, "Result": true}
+var schemaOnly = map[string]bool{"Result": true}
 
 type schema struct {
 	Type                 any                `json:"type"`

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -18,6 +19,7 @@ import (
 	"github.com/forkbox/forkbox/internal/sandboxinit"
 	"github.com/forkbox/forkbox/internal/userns"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 func serveCmd() *cobra.Command {
@@ -48,15 +50,35 @@ func serveCmd() *cobra.Command {
 			}
 			fmt.Fprintf(os.Stderr, "forkbox daemon listening on http://%s (%s), data in %s\n", d.Addr(), auth, cfg.DataDir)
 			fmt.Fprintf(os.Stderr, "web UI: http://%s/\n", d.Addr())
-			return d.Serve(ctx)
+			fmt.Fprintf(os.Stderr, "on exit (Ctrl-C, SIGTERM): %s\n", onExitSays[cfg.OnExit])
+			err = d.Serve(ctx)
+			if rep := d.ShutdownReport; rep != nil {
+				fmt.Fprintf(os.Stderr, "forkbox daemon stopped (--on-exit=%s): %s\n", cfg.OnExit, rep)
+			}
+			return err
 		},
 	}
+	addServeFlags(cmd, &cfg, &debug)
+	return cmd
+}
+
+// onExitSays tells, at start, what each --on-exit policy will do.
+var onExitSays = map[string]string{
+	sandbox.OnExitSuspend:   "named sessions are suspended to disk (they resume at the next start), the others terminated (--on-exit=suspend)",
+	sandbox.OnExitKeep:      "every sandbox keeps running; the next start adopts them; until then nothing idles them out (--on-exit=keep)",
+	sandbox.OnExitTerminate: "every sandbox is terminated (--on-exit=terminate)",
+}
+
+// addServeFlags adds serve's flags to cmd. prepare takes them too (and
+// uses those that say where images go), so that `make run ARGS=…` builds
+// the images where the daemon it starts looks for them.
+func addServeFlags(cmd *cobra.Command, cfg *daemon.Config, debug *bool) {
 	cmd.Flags().StringVar(&cfg.Listen, "listen", "127.0.0.1:8080", "address to listen on")
-	addDataFlags(cmd, &cfg)
-	cmd.Flags().BoolVar(&debug, "debug", false, "log every request")
+	addDataFlags(cmd, cfg)
+	cmd.Flags().BoolVar(debug, "debug", false, "log every request")
 	cmd.Flags().Int64Var(&cfg.MaxUploadMB, "max-upload-mb", envInt("FORKBOX_MAX_UPLOAD_MB", 50),
 		"largest CSV a chat upload may be, in MiB (env FORKBOX_MAX_UPLOAD_MB)")
-	addImageBoundFlags(cmd, &cfg)
+	addImageBoundFlags(cmd, cfg)
 	lockWait := sandbox.DefaultLockWait
 	if v, err := time.ParseDuration(os.Getenv("FORKBOX_LOCK_WAIT")); err == nil && v > 0 {
 		lockWait = v
@@ -73,9 +95,14 @@ func serveCmd() *cobra.Command {
 		"DNS servers (host[:port], repeatable) that sandboxes' names are resolved with, after their egress policy allows them; default the host's /etc/resolv.conf nameservers (env FORKBOX_DNS_UPSTREAM, comma-separated)")
 	cmd.Flags().StringVar(&cfg.PortsDomain, "ports-domain", os.Getenv("FORKBOX_PORTS_DOMAIN"),
 		"also serve a sandbox's ports at host names <port>-<sandbox>.DOMAIN, at their root (point a wildcard DNS name *.DOMAIN at the daemon; env FORKBOX_PORTS_DOMAIN)")
+	onExit := os.Getenv("FORKBOX_ON_EXIT")
+	if onExit == "" {
+		onExit = sandbox.OnExitSuspend
+	}
+	cmd.Flags().StringVar(&cfg.OnExit, "on-exit", onExit,
+		"what stopping the daemon does with running sandboxes: suspend (named sessions to disk, the others terminated; nothing lost, nothing left running), keep (all keep running for the next start to adopt: restarts and upgrades under a service manager), terminate (env FORKBOX_ON_EXIT)")
 	cmd.Flags().DurationVar(&cfg.LockWait, "lock-wait", lockWait,
 		"longest a call waits for a sandbox that another operation (a suspend, resume, checkpoint, create) holds before it answers 409 busy (env FORKBOX_LOCK_WAIT)")
-	return cmd
 }
 
 // addImageBoundFlags adds the flags that bound image imports and builds
@@ -127,6 +154,9 @@ func prepareCmd() *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			if cfg.ImagesDir == "" {
+				fmt.Fprintf(cmd.ErrOrStderr(), "images go to %s\n", filepath.Join(cfg.DataDir, "images"))
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			start := time.Now()
@@ -141,7 +171,14 @@ func prepareCmd() *cobra.Command {
 			return nil
 		},
 	}
-	addDataFlags(cmd, &cfg)
+	var debug bool
+	addServeFlags(cmd, &cfg, &debug)
+	// Only the flags that say where state and images live matter here.
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if f.Name != "data-dir" && f.Name != "images-dir" {
+			f.Hidden = true
+		}
+	})
 	return cmd
 }
 

@@ -359,10 +359,16 @@ func (s *server) handleCreateContext(w http.ResponseWriter, r *http.Request) {
 			writeError(w, err)
 			return
 		}
-		// Checked as the user: a directory it may not see answers as one
-		// that does not exist.
+		// Checked (and made when missing, like mkdir -p) as the user: a
+		// directory it may not see or make answers as one that does not
+		// exist.
 		ok := false
-		s.asUser(func() error { ok = dirEnterable(p); return nil })
+		s.asUser(func() error {
+			if ok = dirEnterable(p); !ok && s.mkdirAll(p) == nil {
+				ok = dirEnterable(p)
+			}
+			return nil
+		})
 		if !ok {
 			writeError(w, errdefs.InvalidArgument("cwd: %s is not a directory the sandbox user can enter", p))
 			return

@@ -13,7 +13,7 @@ const HowToConfigure = "set, in the daemon's environment, either " +
 	"or OPENAI_API_KEY for OpenAI (e.g. OPENAI_API_KEY=sk-... FORKBOX_MODEL=gpt-4o-mini), " +
 	"or OPENAI_BASE_URL for any OpenAI-compatible server such as Ollama, vLLM or OpenRouter " +
 	"(e.g. OPENAI_BASE_URL=http://localhost:11434/v1 FORKBOX_MODEL=llama3.1; OPENAI_API_KEY too if the server needs one), " +
-	"then restart forkboxd. FORKBOX_MODEL picks the model (prefix it with openai: or anthropic: to force the provider, " +
+	"then restart the daemon (forkbox serve). FORKBOX_MODEL picks the model (prefix it with openai: or anthropic: to force the provider, " +
 	"or set FORKBOX_PROVIDER=openai|anthropic)"
 
 // ProviderFromEnv picks and configures a provider from environment

@@ -38,6 +38,9 @@ type Config struct {
 	// Daemons may share one (tests do).
 	ImagesDir string
 	APIKey    string
+	// OnExit is what Serve does with running sandboxes when it stops:
+	// sandbox.OnExitSuspend (the default), OnExitKeep or OnExitTerminate.
+	OnExit string
 	// MaxUploadMB bounds a chat upload (default 50).
 	MaxUploadMB int64
 	// ImageBounds bound image imports and builds: the archive as sent,
@@ -120,6 +123,12 @@ func (c *Config) Validate() error {
 	if c.DataDir == "" {
 		return errors.New("--data-dir is empty")
 	}
+	if c.OnExit == "" {
+		c.OnExit = sandbox.OnExitSuspend
+	}
+	if err := sandbox.ValidOnExit(c.OnExit); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -146,6 +155,9 @@ type Daemon struct {
 	bgCtx    context.Context
 	bgCancel context.CancelFunc
 	bg       sync.WaitGroup
+
+	// ShutdownReport is what Serve's on-exit policy did, once it returned.
+	ShutdownReport *sandbox.ShutdownReport
 }
 
 // New builds and starts every part; Serve then answers requests.
@@ -231,6 +243,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	mgr = sandbox.New(d.store, rt, images, snaps, defaults, log)
 	mgr.SetLockWait(cfg.LockWait)
 	mgr.SetQuotaSource(d.store)
+	mgr.SetCellStore(d.store)
 	mgr.SetSandboxesDir(filepath.Join(cfg.DataDir, "sandboxes"))
 	mgr.SetIDRanges(ids)
 	// Build sandboxes are sandboxes too: within the host's bounds.
@@ -302,6 +315,11 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err := d.http.Shutdown(sctx)
+	d.log.Info("stopping: applying the on-exit policy to running sandboxes", "on_exit", d.cfg.OnExit, "running", d.mgr.LiveCount())
+	rep := d.mgr.Shutdown(context.Background(), d.cfg.OnExit)
+	d.log.Info("stopped sandboxes", "on_exit", d.cfg.OnExit, "suspended", rep.Suspended, "terminated", rep.Terminated,
+		"left_running", rep.Kept+len(rep.Failed))
+	d.ShutdownReport = &rep
 	d.Close()
 	return err
 }

@@ -22,14 +22,19 @@ import (
 // ensureDefaultImage builds the default image from its embedded recipe. When
 // every layer is cached (the usual start) this takes milliseconds and changes
 // nothing; a changed recipe rebuilds what changed.
-func ensureDefaultImage(ctx context.Context, b *build.Builder, mgr *sandbox.Manager, log *slog.Logger) (*api.Image, error) {
+func ensureDefaultImage(ctx context.Context, b *build.Builder, mgr *sandbox.Manager, log *slog.Logger) (img *api.Image, err error) {
 	r, err := build.ParseRecipe(images.Python)
 	if err != nil {
 		return nil, fmt.Errorf("embedded recipe: %w", err)
 	}
 	start := time.Now()
 	built := false
-	img, err := mgr.BuildImage(ctx, r, nil, func(ev api.BuildEvent) {
+	track := mgr.TrackImageBuild(r.Name)
+	defer func() { track.Done(err) }()
+	img, err = mgr.BuildImage(ctx, r, nil, func(ev api.BuildEvent) {
+		if ev.Type == api.BuildEventStep {
+			track.Step(ev.Step, ev.Total)
+		}
 		switch {
 		case ev.Type == api.BuildEventStep && !ev.Cached && (ev.Kind == "run" || ev.Kind == "base" || ev.Kind == "copy"):
 			built = true

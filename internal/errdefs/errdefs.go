@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 )
 
 // Sentinel kinds. Test with errors.Is.
@@ -138,4 +139,24 @@ func FromCode(code string) error {
 		}
 	}
 	return nil
+}
+
+// retryError says when a call that failed is worth trying again.
+type retryError struct {
+	error
+	after time.Duration
+}
+
+func (e *retryError) Unwrap() error { return e.error }
+
+// RetryAfter marks err as worth retrying after d (HTTP's Retry-After).
+func RetryAfter(err error, d time.Duration) error { return &retryError{err, d} }
+
+// RetryAfterOf is how long after err a retry makes sense; 0: not said.
+func RetryAfterOf(err error) time.Duration {
+	var r *retryError
+	if errors.As(err, &r) {
+		return r.after
+	}
+	return 0
 }

@@ -422,7 +422,13 @@ func (s *Server) listImages(w http.ResponseWriter, r *http.Request) error {
 	if imgs == nil {
 		imgs = []api.Image{}
 	}
-	writeJSON(w, http.StatusOK, api.ImageList{Images: imgs})
+	list := api.ImageList{Images: imgs}
+	for _, b := range s.mgr.ImageReadiness() {
+		if b.State != api.ImageReady {
+			list.Building = append(list.Building, b)
+		}
+	}
+	writeJSON(w, http.StatusOK, list)
 	return nil
 }
 

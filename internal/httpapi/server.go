@@ -123,10 +123,7 @@ func (s *Server) routes() {
 	h := func(pattern string, f func(http.ResponseWriter, *http.Request) error) {
 		s.mux.Handle(pattern, s.instrument(pattern, f))
 	}
-	h("GET /healthz", func(w http.ResponseWriter, r *http.Request) error {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-		return nil
-	})
+	h("GET /healthz", s.health)
 	// Metrics name every tenant: an admin's.
 	metrics := promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{})
 	s.mux.Handle("GET /metrics", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -165,6 +162,9 @@ func (s *Server) routes() {
 	h("DELETE /v1/sandboxes/{sandbox}/files", s.removeFile)
 	h("GET /v1/sandboxes/{sandbox}/files/list", s.listFiles)
 	h("POST /v1/sandboxes/{sandbox}/code", s.runCode)
+	h("GET /v1/sandboxes/{sandbox}/cells", s.listCells)
+	h("GET /v1/sandboxes/{sandbox}/notebook", s.sandboxNotebook)
+	h("POST /v1/sandboxes/{sandbox}/notebook", s.runNotebook)
 	h("POST /v1/sandboxes/{sandbox}/checkpoint", s.checkpoint)
 	h("POST /v1/sandboxes/{sandbox}/fork", s.fork)
 	h("POST /v1/sandboxes/{sandbox}/suspend", s.suspend)
@@ -184,6 +184,7 @@ func (s *Server) routes() {
 	h("GET /v1/conversations", s.listConversations)
 	h("GET /v1/conversations/{id}", s.getConversation)
 	h("DELETE /v1/conversations/{id}", s.deleteConversation)
+	h("GET /v1/conversations/{id}/notebook", s.conversationNotebook)
 	h("POST /v1/files", s.uploadFile)
 	h("GET /v1/files/{id}", s.getUpload)
 	h("POST /v1/sandboxes/{sandbox}/contexts", s.createContext)
@@ -210,6 +211,18 @@ func (s *Server) routes() {
 	h("/", func(w http.ResponseWriter, r *http.Request) error {
 		return errdefs.NotFound("no route for %s %s", r.Method, r.URL.Path)
 	})
+}
+
+// health answers GET /healthz: the daemon is up (always 200 "ok"), with
+// whether its own images are built yet and whether the chat has a model.
+func (s *Server) health(w http.ResponseWriter, r *http.Request) error {
+	h := api.Health{Status: "ok", Images: s.mgr.ImageReadiness()}
+	if s.cfg.Chat != nil {
+		ready, why := s.cfg.Chat.Ready()
+		h.Chat = &api.ChatReadiness{Ready: ready, Why: why}
+	}
+	writeJSON(w, http.StatusOK, h)
+	return nil
 }
 
 // Handler returns the API with request ids, panic recovery and
@@ -425,6 +438,9 @@ func writeError(w http.ResponseWriter, err error) {
 		msg = "internal error"
 	}
 	body := api.ErrorBody{Code: code, Message: msg, RequestID: w.Header().Get(requestIDHeader)}
+	if d := errdefs.RetryAfterOf(err); d > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int(max(1, d.Round(time.Second)/time.Second))))
+	}
 	var qe *sandbox.QuotaError
 	if errors.As(err, &qe) {
 		body.Quota = &qe.QuotaExceeded

@@ -86,7 +86,13 @@ func (m *Manager) resolveImage(ctx context.Context, name string) (*image.Image, 
 			return img, err
 		}
 	}
-	return m.images.Get(ctx, name)
+	img, err := m.images.Get(ctx, name)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		if berr := m.buildingErr(name); berr != nil {
+			return nil, berr
+		}
+	}
+	return img, err
 }
 
 // ownImage is the image store name of the context's tenant's own image

@@ -97,6 +97,9 @@ func (m *Manager) Close() {
 		<-m.done
 	}
 	m.flushActivity(context.Background())
+	if m.cells != nil {
+		m.cells.Close()
+	}
 }
 
 func (m *Manager) reapLoop() {

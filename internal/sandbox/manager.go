@@ -28,6 +28,7 @@ import (
 
 	"github.com/forkbox/forkbox/api"
 	"github.com/forkbox/forkbox/internal/agent"
+	"github.com/forkbox/forkbox/internal/batch"
 	"github.com/forkbox/forkbox/internal/criu"
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/image"
@@ -85,6 +86,13 @@ type Manager struct {
 	quota    quotaState
 	snapper  Snapshotter
 	snaps    *snapshot.Store
+	// cellStore keeps the cells sandboxes run (nil: none kept); cells
+	// writes them in batches.
+	cellStore store.CellStore
+	cells     *batch.Writer[store.Cell]
+	// imageBuilds are the daemon's own images' builds (imagebuilds.go).
+	imageBuildsMu sync.Mutex
+	imageBuilds   map[string]api.ImageReadiness
 	// criu is nil when memory snapshots are unavailable; criuProblem says
 	// why. Read through criuHost.
 	criuMu      sync.Mutex

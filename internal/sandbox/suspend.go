@@ -60,8 +60,9 @@ func (m *Manager) Suspend(ctx context.Context, ref, reason string) (*api.Sandbox
 	if sb.State != api.StateRunning {
 		return nil, errdefs.FailedPrecondition("sandbox %s is %s; only a running sandbox can be suspended", sb.ID, sb.State)
 	}
-	// An idle suspend frees what the sandbox holds: it is not refused.
-	if reason != reasonIdle {
+	// An idle suspend, or one at the daemon's exit, frees what the sandbox
+	// holds: it is not refused.
+	if reason != reasonIdle && reason != reasonShutdown {
 		if err := m.checkSuspendQuota(ctx, sb.Tenant); err != nil {
 			return nil, err
 		}
@@ -236,7 +237,7 @@ func (m *Manager) Resume(ctx context.Context, ref string) (*api.Sandbox, error) 
 	}
 	img, err := m.images.Get(ctx, sb.Image)
 	if err != nil {
-		return nil, opErr(ctx, fmt.Errorf("image: %w", err))
+		return nil, opErr(ctx, fmt.Errorf("resume %s: the image it was made from: %w", sb.ID, err))
 	}
 	releaseQuota, err := m.admitQuota(ctx, sb.Tenant, sb.ID, sb.Spec)
 	if err != nil {

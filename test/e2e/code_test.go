@@ -239,6 +239,25 @@ func TestCodeContexts(t *testing.T) {
 	if ex := runCode(t, shared, sb.ID, api.RunCodeRequest{Code: "'v' in globals()", Context: c.ID}); ex.Results[0]["text"] != "False" {
 		t.Fatalf("after restart: %+v", ex)
 	}
+	// A missing cwd is made (mkdir -p, as the sandbox user); one the user
+	// may not make is refused the same way as one it may not enter.
+	status, raw = postJSON(t, shared, "/v1/sandboxes/"+sb.ID+"/contexts", api.CreateContextRequest{Cwd: "/workspace/new/deep"})
+	var made api.Context
+	if status != 201 || json.Unmarshal(raw, &made) != nil || made.Cwd != "/workspace/new/deep" {
+		t.Fatalf("context in a missing dir: %d %s", status, raw)
+	}
+	if ex := runCode(t, shared, sb.ID, api.RunCodeRequest{Code: "import os; print(os.getcwd(), os.stat('.').st_uid)", Context: made.ID}); strings.Join(ex.Logs.Stdout, "") != "/workspace/new/deep 1000\n" {
+		t.Fatalf("the made cwd: %+v", ex)
+	}
+	for _, bad := range []string{"/root/made", "/etc/made", "/proc/1/root/made"} {
+		status, raw = postJSON(t, shared, "/v1/sandboxes/"+sb.ID+"/contexts", api.CreateContextRequest{Cwd: bad})
+		if status != 400 || !strings.Contains(string(raw), "not a directory the sandbox user can enter") && !strings.Contains(string(raw), "outside the sandbox") {
+			t.Errorf("context in %s: %d %s, want 400", bad, status, raw)
+		}
+	}
+	if r := sh(t, shared, sb.ID, "ls -d /root/made /etc/made 2>&1; true"); strings.Contains(r.Stdout, "made\n") && !strings.Contains(r.Stdout, "No such file") {
+		t.Errorf("a refused cwd was made: %q", r.Stdout)
+	}
 	req, _ := http.NewRequest("DELETE", "http://"+shared.addr+"/v1/sandboxes/"+sb.ID+"/contexts/"+c.ID, nil)
 	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 204 {
 		t.Fatalf("delete context: %v %v", resp, err)

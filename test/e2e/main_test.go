@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -91,10 +92,14 @@ type daemon struct {
 	dataDir string
 	addr    string
 	env     []string
-	cmd     *exec.Cmd
-	log     *os.File
-	c       *client.Client
-	exited  chan struct{}
+	args    []string // more flags of serve
+	// defaultOnExit: no --on-exit flag (the daemon's default policy);
+	// otherwise --on-exit=keep unless args has one.
+	defaultOnExit bool
+	cmd           *exec.Cmd
+	log           *os.File
+	c             *client.Client
+	exited        chan struct{}
 }
 
 func freePort() (string, error) {
@@ -125,7 +130,14 @@ func (d *daemon) start() error {
 		return err
 	}
 	d.log = logf
-	d.cmd = exec.Command(binary, "serve", "--listen", d.addr, "--data-dir", d.dataDir)
+	// Test daemons leave their sandboxes running when stopped, so that a
+	// restart adopts them (the tests of restarts rely on it); TestOnExit
+	// tests the other policies, the default included.
+	args := []string{"serve", "--listen", d.addr, "--data-dir", d.dataDir}
+	if !d.defaultOnExit && !slices.ContainsFunc(d.args, func(a string) bool { return strings.HasPrefix(a, "--on-exit") }) {
+		args = append(args, "--on-exit=keep")
+	}
+	d.cmd = exec.Command(binary, append(args, d.args...)...)
 	d.cmd.Env = append(os.Environ(), d.env...)
 	d.cmd.Stdout, d.cmd.Stderr = logf, logf
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
