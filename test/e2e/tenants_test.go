@@ -117,7 +117,9 @@ func TestTenants(t *testing.T) {
 			call{"POST", s + "/fork", `{"count":1}`}, call{"POST", s + "/suspend", ""}, call{"POST", s + "/resume", ""},
 			call{"GET", s + "/ports/8000", ""}, call{"PUT", s + "/ports/8000", `{"public":true}`}, call{"DELETE", s + "/ports/8000", ""},
 			call{"GET", s + "/ports/8000/", ""},
-			call{"POST", s + "/contexts", `{"language":"python"}`}, call{"GET", s + "/contexts", ""})
+			call{"POST", s + "/contexts", `{"language":"python"}`}, call{"GET", s + "/contexts", ""},
+			call{"GET", s + "/cells", ""}, call{"GET", s + "/notebook", ""},
+			call{"POST", s + "/notebook", `{"nbformat":4,"cells":[{"cell_type":"code","source":"1"}]}`})
 	}
 	calls = append(calls,
 		call{"GET", "/v1/snapshots/" + snap.ID, ""}, call{"DELETE", "/v1/snapshots/" + snap.ID, ""},
@@ -125,7 +127,8 @@ func TestTenants(t *testing.T) {
 		call{"POST", "/v1/sandboxes", `{"pool":"warm"}`}, call{"DELETE", "/v1/pools/warm", ""},
 		call{"GET", "/v1/images/acme-tools", ""}, call{"DELETE", "/v1/images/acme-tools", ""},
 		call{"POST", "/v1/sandboxes", `{"image":"acme-tools"}`},
-		call{"GET", "/v1/conversations/" + conv, ""}, call{"DELETE", "/v1/conversations/" + conv, ""},
+		call{"GET", "/v1/conversations/" + conv, ""}, call{"GET", "/v1/conversations/" + conv + "/notebook", ""},
+		call{"DELETE", "/v1/conversations/" + conv, ""},
 		call{"POST", "/v1/chat", `{"question":"and now?","conversation_id":"` + conv + `"}`},
 		call{"POST", "/v1/chat", `{"question":"read it","file_ids":["` + up.ID + `"]}`},
 		call{"GET", "/v1/files/" + up.ID, ""})
