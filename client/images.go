@@ -234,6 +234,15 @@ func (c *Client) ListImages(ctx context.Context) ([]api.Image, error) {
 	return list.Images, nil
 }
 
+// ImageList returns the images and the daemon's own images being built now.
+func (c *Client) ImageList(ctx context.Context) (*api.ImageList, error) {
+	var list api.ImageList
+	if err := c.doJSON(ctx, http.MethodGet, "/v1/images", nil, nil, &list); err != nil {
+		return nil, err
+	}
+	return &list, nil
+}
+
 // GetImage returns one image by name.
 func (c *Client) GetImage(ctx context.Context, name string) (*api.Image, error) {
 	var img api.Image

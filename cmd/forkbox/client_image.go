@@ -395,17 +395,27 @@ another image, oci for an import, host for the host-derived image); SIZE is
 the size of its layers, some of which other images may share.`,
 		Args: cobra.NoArgs,
 		RunE: run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, _ []string) error {
-			imgs, err := c.ListImages(ctx)
+			list, err := c.ImageList(ctx)
 			if err != nil {
 				return err
 			}
 			if clientFlags.json {
-				if imgs == nil {
-					imgs = []api.Image{}
+				if list.Images == nil {
+					list.Images = []api.Image{}
 				}
-				return printJSON(cmd.OutOrStdout(), api.ImageList{Images: imgs})
+				return printJSON(cmd.OutOrStdout(), list)
 			}
-			printImageTable(cmd.OutOrStdout(), imgs, time.Now())
+			printImageTable(cmd.OutOrStdout(), list.Images, time.Now())
+			for _, b := range list.Building {
+				switch {
+				case b.State == api.ImageFailed:
+					fmt.Fprintf(cmd.ErrOrStderr(), "image %s: its build failed: %s\n", b.Name, b.Error)
+				case b.Steps > 0:
+					fmt.Fprintf(cmd.ErrOrStderr(), "image %s: being built by the daemon, step %d of %d; creates from it answer 503 until then\n", b.Name, b.Step, b.Steps)
+				default:
+					fmt.Fprintf(cmd.ErrOrStderr(), "image %s: being built by the daemon; creates from it answer 503 until then\n", b.Name)
+				}
+			}
 			return nil
 		}),
 	}

@@ -159,6 +159,11 @@ func TestImageReadiness(t *testing.T) {
 	if st != 200 || json.Unmarshal(raw, &list) != nil || len(list.Building) != 1 || list.Building[0].Name != "python" {
 		t.Fatalf("image list while building: %d %s", st, raw)
 	}
+	ls := exec.Command(binary, "image", "ls")
+	ls.Env = append(os.Environ(), "FORKBOX_URL=http://"+d.addr)
+	if out, err := ls.CombinedOutput(); err != nil || !strings.Contains(string(out), "image python: being built by the daemon") {
+		t.Errorf("forkbox image ls while python builds: %v\n%s", err, out)
+	}
 	// An image that is not being built is still a plain 404.
 	if st, e, _ := call(t, d, "POST", "/v1/sandboxes", `{"image":"nosuchimage"}`, nil); st != 404 {
 		t.Errorf("create from an unknown image: %d %+v, want 404", st, e)
