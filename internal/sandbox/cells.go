@@ -45,7 +45,7 @@ func (m *Manager) recordCell(l *live, req *api.RunCodeRequest, opts CodeOptions,
 	if lang == "" {
 		lang = "python"
 	}
-	b, err := json.Marshal(keptExecution(exec))
+	b, err := keptExecution(exec)
 	if err != nil {
 		m.log.Warn("cell history", "sandbox", l.id, "err", err)
 		return
@@ -59,19 +59,16 @@ func (m *Manager) recordCell(l *live, req *api.RunCodeRequest, opts CodeOptions,
 	}
 }
 
-// keptExecution is what a cell's history keeps of exec: all of it within
-// the bounds, else its logs cut and its largest result values dropped (a
-// result then says which under "omitted").
-func keptExecution(exec *api.Execution) *api.Execution {
+// keptExecution is what a cell's history keeps of exec, as JSON: all of it
+// within the bounds, else its logs cut and its largest result values
+// dropped (a result then says which under "omitted").
+func keptExecution(exec *api.Execution) ([]byte, error) {
 	e := *exec
 	e.Logs.Stdout = cutLog(e.Logs.Stdout)
 	e.Logs.Stderr = cutLog(e.Logs.Stderr)
-	size := func() int {
-		b, _ := json.Marshal(&e)
-		return len(b)
-	}
-	if size() <= maxCellBytes {
-		return &e
+	b, err := json.Marshal(&e)
+	if err != nil || len(b) <= maxCellBytes {
+		return b, err
 	}
 	results := make([]map[string]any, len(e.Results))
 	for i, r := range e.Results {
@@ -81,7 +78,7 @@ func keptExecution(exec *api.Execution) *api.Execution {
 		}
 	}
 	e.Results = results
-	for size() > maxCellBytes {
+	for len(b) > maxCellBytes {
 		bi, bk, bn := -1, "", 0
 		for i, r := range results {
 			for k, v := range r {
@@ -96,8 +93,11 @@ func keptExecution(exec *api.Execution) *api.Execution {
 		delete(results[bi], bk)
 		omitted, _ := results[bi]["omitted"].([]string)
 		results[bi]["omitted"] = append(omitted, fmt.Sprintf("%s (%d bytes)", bk, bn))
+		if b, err = json.Marshal(&e); err != nil {
+			return nil, err
+		}
 	}
-	return &e
+	return b, nil
 }
 
 // cutLog keeps the first maxCellLogBytes of a log and says how much more
