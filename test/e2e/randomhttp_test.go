@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/forkbox/forkbox/api"
+	"github.com/forkbox/forkbox/internal/e2b"
 	"github.com/forkbox/forkbox/client"
 	"github.com/forkbox/forkbox/internal/chat/chattest"
 	"github.com/forkbox/forkbox/internal/errdefs"
@@ -1573,7 +1574,19 @@ func (run *rhRun) check(req *rhRequest, resp *http.Response, body []byte, elapse
 	}
 	if status >= 400 {
 		msg := req.method + " " + strings.TrimSpace(string(body))
-		if !plain {
+		if e2b.IsControlPlane(resp.Request) {
+			// E2B's routes (the catch-all's random paths may land on one)
+			// answer in E2B's error shape, as its SDKs expect.
+			var e struct {
+				Code    int    `json:"code"`
+				Message string `json:"message"`
+			}
+			if err := json.Unmarshal(body, &e); err != nil || e.Code != status || e.Message == "" {
+				run.fail("E2B route's error answer not in E2B's shape {code, message}\n  request: %s\n  answer: %s", req, show())
+				return
+			}
+			msg = "e2b: " + e.Message
+		} else if !plain {
 			e, err := rhErrorBody(body)
 			if err != nil {
 				run.fail("error answer not in the API's error shape: %v\n  request: %s\n  answer: %s", err, req, show())
