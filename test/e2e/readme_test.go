@@ -401,8 +401,13 @@ func TestREADME(t *testing.T) {
 	}
 
 	root := t.TempDir()
-	d, err := startDaemon(filepath.Join(root, "data"), nil)
+	// As `make run` starts it: serve's default on-exit policy.
+	addr, err := freePort()
 	if err != nil {
+		t.Fatal(err)
+	}
+	d := &daemon{dataDir: filepath.Join(root, "data"), addr: addr, defaultOnExit: true}
+	if err := d.start(); err != nil {
 		t.Fatal(err)
 	}
 	key := "" // the daemon's admin key, once a restart sets one
@@ -416,7 +421,6 @@ func TestREADME(t *testing.T) {
 		readmeCleanup(d, key, imagesBefore)
 		d.stop()
 	})
-	addr := d.addr
 
 	work, scratch := filepath.Join(root, "work"), filepath.Join(root, "scratch")
 	tmp := filepath.Join(root, "tmp")
@@ -462,7 +466,7 @@ func TestREADME(t *testing.T) {
 				t.Fatalf("%s: the daemon did not exit within 2 minutes of SIGTERM; log:\n%s", where, d.logTail())
 			}
 			d.log.Close()
-			d = &daemon{dataDir: d.dataDir, addr: addr, env: denv}
+			d = &daemon{dataDir: d.dataDir, addr: addr, env: denv, defaultOnExit: true}
 			for _, kv := range denv {
 				if v, ok := strings.CutPrefix(kv, "FORKBOX_API_KEY="); ok {
 					key = v
