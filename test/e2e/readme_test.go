@@ -418,6 +418,9 @@ func TestREADME(t *testing.T) {
 		imagesBefore[im.Name] = true
 	}
 	t.Cleanup(func() {
+		if d.exited == nil { // a restart that did not start
+			return
+		}
 		readmeCleanup(d, key, imagesBefore)
 		d.stop()
 	})
