@@ -1,8 +1,11 @@
 package e2e
 
 // TestREADME pastes README.md into a shell, as a new user does, against a
-// daemon of its own (a temporary data dir), and checks that every block
-// works and prints what its comments promise. The README's conventions:
+// daemon of its own (a temporary data dir; serve's default on-exit policy,
+// as `make run` starts it), and checks that every block works and prints
+// what its comments promise. At the end, pass or fail, it deletes what the
+// README made in every tenant: pools, sandboxes, snapshots and the images
+// that were not there before. The README's conventions:
 //
 //   - Every fenced block is run or explicitly skipped; any other block
 //     fails the test, so the README cannot drift from what works.
