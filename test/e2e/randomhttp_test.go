@@ -28,9 +28,9 @@ import (
 	"time"
 
 	"github.com/forkbox/forkbox/api"
-	"github.com/forkbox/forkbox/internal/e2b"
 	"github.com/forkbox/forkbox/client"
 	"github.com/forkbox/forkbox/internal/chat/chattest"
+	"github.com/forkbox/forkbox/internal/e2b"
 	"github.com/forkbox/forkbox/internal/errdefs"
 )
 
