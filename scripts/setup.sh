@@ -40,8 +40,11 @@ PACKAGES=(
 	util-linux
 	# Benchmark baseline.
 	runc
-	# Tests: notebook exports are validated with Jupyter's own nbformat.
+	# Tests: notebook exports are validated with Jupyter's own nbformat;
+	# the README's blocks (pasted by test/e2e/readme_test.go) use curl and jq.
 	python3-nbformat
+	curl
+	jq
 	# Building and testing: make, and a C toolchain for `go test -race`
 	# (the race detector needs cgo). Go itself is not a Debian 12 package
 	# at the version we need; it is expected in /usr/local/go.
