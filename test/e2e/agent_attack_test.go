@@ -566,9 +566,15 @@ func TestAgentAttackExecOracle(t *testing.T) {
 		status, _ := errdefs.HTTPStatus(err)
 		return fmt.Sprintf("%d %s", status, strings.ReplaceAll(err.Error(), cwd, "<cwd>"))
 	}
-	wantCtx := ctxAnswer("/workspace/missing-dir")
+	// A missing cwd is made as the user (mkdir -p) where the user may make
+	// it; where it may not, the answer is the 400 of every cwd it cannot
+	// enter, whatever is or is not behind it.
+	if got := ctxAnswer("/workspace/missing-dir"); got != "created" {
+		t.Fatalf("context in a missing dir the user may make: %s", got)
+	}
+	wantCtx := ctxAnswer("/nonexistent/dir")
 	if !strings.HasPrefix(wantCtx, "400 ") {
-		t.Fatalf("context in a missing dir: %s", wantCtx)
+		t.Fatalf("context in a missing dir the user may not make: %s", wantCtx)
 	}
 	for _, cwd := range []string{"/root/secret-dir", "/root/missing-dir", "/workspace/secretlink", "/workspace/agentroot/etc", "/workspace/agentcwd"} {
 		if got := ctxAnswer(cwd); got != wantCtx {
