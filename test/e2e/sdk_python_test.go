@@ -190,6 +190,11 @@ func TestSDKPython(t *testing.T) {
 		sdkPyPass(t, out, "fork flow")
 	})
 
+	t.Run("notebook_flow", func(t *testing.T) {
+		t.Parallel()
+		sdkPyPass(t, sdkPyRun(t, shared, venv, "notebook_flow.py"), "notebook flow")
+	})
+
 	t.Run("async_flow", func(t *testing.T) {
 		t.Parallel()
 		sdkPyPass(t, sdkPyRun(t, shared, venv, "async_flow.py"), "async flow")

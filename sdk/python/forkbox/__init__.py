@@ -30,8 +30,8 @@ from .errors import (AuthenticationError, BusyError, CellTimeoutError, ConflictE
                      NotFoundError, PermissionDeniedError, ResourceExhaustedError, SandboxTimeoutError,
                      TooLargeError, UnavailableError)
 from .image import BuildEvent, Image  # noqa: E402
-from .models import (CheckpointType, CodeContext, CommandResult, Execution, ExecutionError, FileInfo,  # noqa: E402
-                     ImageInfo, Logs, Pool, Result, SandboxInfo, WriteInfo)
+from .models import (Cell, CheckpointType, CodeContext, CommandResult, Execution, ExecutionError, FileInfo,  # noqa: E402
+                     ImageInfo, Logs, NotebookRun, Pool, Result, SandboxInfo, WriteInfo)
 from .sandbox import Files, ForkResult, Sandbox, Snapshot, create_pool, delete_pool, list_pools  # noqa: E402
 
 __all__ = [
@@ -39,7 +39,7 @@ __all__ = [
     "Sandbox", "AsyncSandbox", "Files", "AsyncFiles", "Snapshot", "AsyncSnapshot", "ForkResult",
     "Image", "BuildEvent", "build_image", "CheckpointType",
     "CommandResult", "Execution", "Result", "Logs", "ExecutionError", "SandboxInfo", "FileInfo", "WriteInfo",
-    "ImageInfo", "CodeContext", "Pool", "create_pool", "list_pools", "delete_pool", "chat", "ChatResponse",
+    "ImageInfo", "CodeContext", "Cell", "NotebookRun", "Pool", "create_pool", "list_pools", "delete_pool", "chat", "ChatResponse",
     "ForkboxError", "InvalidArgumentError", "AuthenticationError", "PermissionDeniedError", "NotFoundError",
     "ConflictError", "FailedPreconditionError", "BusyError", "InsufficientStorageError", "TooLargeError", "ResourceExhaustedError", "SandboxTimeoutError",
     "UnavailableError", "InternalError", "ConnectionFailedError", "CellTimeoutError", "KernelDiedError",

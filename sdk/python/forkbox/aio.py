@@ -26,7 +26,8 @@ from typing import Any, Callable, Iterable, List, Mapping, Optional, Union
 
 from ._client import Client
 from .image import Image
-from .models import CheckpointType, CodeContext, CommandResult, Execution, FileInfo, ImageInfo, SandboxInfo, WriteInfo
+from .models import (Cell, CheckpointType, CodeContext, CommandResult, Execution, FileInfo, ImageInfo, NotebookRun,
+                     SandboxInfo, WriteInfo)
 from .sandbox import ForkResult, Sandbox, Snapshot
 
 __all__ = ["AsyncSandbox", "AsyncFiles", "AsyncSnapshot", "build_image"]
@@ -188,6 +189,15 @@ class AsyncSandbox:
 
     async def remove_code_context(self, context: Union[str, CodeContext]) -> None:
         await _call(self._sb.remove_code_context, context)
+
+    async def cells(self) -> List[Cell]:
+        return await _call(self._sb.cells)
+
+    async def notebook(self) -> bytes:
+        return await _call(self._sb.notebook)
+
+    async def run_notebook(self, notebook: Any) -> NotebookRun:
+        return await _call(self._sb.run_notebook, notebook)
 
     async def checkpoint(self, checkpoint_type: Union[CheckpointType, str] = CheckpointType.FILESYSTEM,
                          name: Optional[str] = None) -> Snapshot:

@@ -318,6 +318,32 @@ class CodeContext(_Record):
     _fields = ("id", "language", "kernel", "cwd", "default", "state", "execution_count", "created_at")
 
 
+class Cell(_Record):
+    """A cell the sandbox ran, as its history keeps it: ``id``, ``seq``,
+    ``source`` ("user" for run_code, "model" for the chat model's steps),
+    ``code``, ``language``, ``context_id``, ``created_at``, and
+    ``execution`` (an Execution with its outputs)."""
+
+    _fields = ("id", "sandbox", "seq", "source", "code", "language", "context_id", "created_at")
+
+    def __init__(self, raw: Optional[Dict[str, Any]] = None, **kw: Any):
+        super().__init__(raw, **kw)
+        ex = self.raw.get("execution")
+        self.execution: Optional[Execution] = Execution.from_dict(ex) if ex else None
+
+
+class NotebookRun(_Record):
+    """The answer of ``run_notebook``: the ``cells`` that ran (Cell),
+    ``ran`` of ``total``, and ``stopped`` (a cell failed; the rest did not
+    run)."""
+
+    _fields = ("ran", "total", "stopped")
+
+    def __init__(self, raw: Optional[Dict[str, Any]] = None, **kw: Any):
+        super().__init__(raw, **kw)
+        self.cells: List[Cell] = [Cell(c) for c in self.raw.get("cells") or []]
+
+
 class Pool(_Record):
     """A warm pool: ``name``, ``snapshot_id`` or ``image``, ``size``,
     ``ready``."""

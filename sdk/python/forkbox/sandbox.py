@@ -28,8 +28,8 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Union
 from ._client import Client, compact, decode_event, failure_error, quote, resolve_client, sandbox_path
 from .errors import CellTimeoutError, ConflictError, KernelDiedError, NotFoundError
 from .image import Image
-from .models import (CheckpointType, CodeContext, CommandResult, Execution, ExecutionError, FileInfo, Pool, Result,
-                     SandboxInfo, WriteInfo)
+from .models import (Cell, CheckpointType, CodeContext, CommandResult, Execution, ExecutionError, FileInfo,
+                     NotebookRun, Pool, Result, SandboxInfo, WriteInfo)
 
 __all__ = ["Sandbox", "Snapshot", "Files", "ForkResult", "CheckpointType", "Image"]
 
@@ -430,6 +430,33 @@ class Sandbox:
         if not cid:
             raise ValueError("context id is empty")
         return sandbox_path(self.id, "/contexts/" + quote(cid) + suffix)
+
+    # -- cell history and notebooks -----------------------------------------
+
+    def cells(self) -> List[Cell]:
+        """Every cell this sandbox ran, oldest first, with its outputs (the
+        last 1000; kept across suspend and resume)."""
+        doc = self._client.request_json("GET", sandbox_path(self.id, "/cells")) or {}
+        return [Cell(c) for c in doc.get("cells") or []]
+
+    def notebook(self) -> bytes:
+        """The cells as a Jupyter notebook (.ipynb, nbformat 4.5) with their
+        outputs; write it to a file to open it in Jupyter."""
+        return self._client.request_bytes("GET", sandbox_path(self.id, "/notebook"), accept="application/x-ipynb+json")
+
+    def run_notebook(self, notebook: Union[bytes, str, Mapping[str, Any]]) -> NotebookRun:
+        """Runs a notebook's code cells here, in order, stopping at the first
+        that fails (``stopped``). ``notebook`` is the .ipynb's bytes or text,
+        or its decoded JSON."""
+        if isinstance(notebook, Mapping):
+            data = json.dumps(notebook).encode("utf-8")
+        elif isinstance(notebook, str):
+            data = notebook.encode("utf-8")
+        else:
+            data = bytes(notebook)
+        raw = self._client.request_bytes("POST", sandbox_path(self.id, "/notebook"), None, data,
+                                         "application/x-ipynb+json", "application/json")
+        return NotebookRun(json.loads(raw.decode("utf-8")))
 
     # -- snapshots and lifecycle --------------------------------------------
 

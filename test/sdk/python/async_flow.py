@@ -31,6 +31,8 @@ async def session(n):
         check(ex.text == str(n * 100), "session %d: main result %s" % (n, ex.text))
         await sb.files.write("/workspace/n.txt", str(n))
         check(await sb.files.read("/workspace/n.txt") == str(n), "session %d: file round trip" % n)
+        cells = await sb.cells()
+        check(len(cells) == 1 and cells[0].execution.text == str(n * 100), "session %d: its cell is in its history" % n)
         return sb.id
 
 
