@@ -82,19 +82,21 @@ func (m *Manager) Shutdown(ctx context.Context, policy string) ShutdownReport {
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			var err error
-			defer recoverTo(m.log, &err, "shutdown")
-			switch {
-			case keep && !canSuspend:
-				err = errors.New("memory snapshots are unavailable on this host")
-			case keep:
-				_, err = m.Suspend(ctx, l.id, reasonShutdown)
-				if errors.Is(err, errdefs.ErrFailedPrecondition) {
-					err = nil // no longer running: suspended or ended meanwhile
+			err := func() (err error) {
+				defer recoverTo(m.log, &err, "shutdown")
+				switch {
+				case keep && !canSuspend:
+					return errors.New("memory snapshots are unavailable on this host")
+				case keep:
+					_, err = m.Suspend(ctx, l.id, reasonShutdown)
+					if errors.Is(err, errdefs.ErrFailedPrecondition) {
+						err = nil // no longer running: suspended or ended meanwhile
+					}
+					return err
 				}
-			default:
 				_, err = m.terminate(ctx, l.id, reasonShutdown, lockOpts{Preempt: true})
-			}
+				return err
+			}()
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
