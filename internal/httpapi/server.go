@@ -376,8 +376,13 @@ func (s *Server) instrument(route string, f func(http.ResponseWriter, *http.Requ
 			r = r.WithContext(context.WithValue(r.Context(), resourceKey{}, res))
 		}
 		err := f(sw, r)
+		clientGone := err != nil && r.Context().Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded))
 		if err != nil {
-			if sw.code == 0 {
+			if clientGone && sw.code == 0 {
+				// The client went away and took the call with it: no one
+				// reads an answer, and nothing failed on this side.
+				sw.code = statusClientClosed
+			} else if sw.code == 0 {
 				writeError(sw, err)
 			} else {
 				s.log.Warn("error after response started", "route", route, "err", err)
@@ -405,6 +410,10 @@ func (s *Server) instrument(route string, f func(http.ResponseWriter, *http.Requ
 			"code", code, "ms", time.Since(start).Milliseconds(), "err", err)
 	})
 }
+
+// statusClientClosed is the status recorded (never sent) for a call whose
+// client went away before its answer: nginx's 499.
+const statusClientClosed = 499
 
 func errStatus(err error) int {
 	st, _ := errdefs.HTTPStatus(err)

@@ -36,7 +36,7 @@ func egress(spec store.Spec) netsetup.Policy {
 // Update changes a sandbox's settings: its egress policy and its idle
 // timeout. A running sandbox's new policy applies before Update returns; a
 // suspended one's when it resumes. A new timeout counts from now.
-func (m *Manager) Update(ctx context.Context, ref string, req *api.UpdateSandboxRequest) (*api.Sandbox, error) {
+func (m *Manager) Update(ctx context.Context, ref string, req *api.UpdateSandboxRequest) (_ *api.Sandbox, err error) {
 	sb, err := m.store.Get(ctx, ref)
 	if err != nil {
 		return nil, err
@@ -57,6 +57,9 @@ func (m *Manager) Update(ctx context.Context, ref string, req *api.UpdateSandbox
 		return nil, err
 	}
 	defer unlock()
+	// A delete cancels what holds the lock: whatever error that causes,
+	// the delete is the answer.
+	defer func() { err = opErr(ctx, err) }()
 	if sb, err = m.store.Get(ctx, sb.ID); err != nil {
 		return nil, err
 	}

@@ -51,7 +51,7 @@ func snapshotView(sn *store.Snapshot) api.Snapshot {
 // The snapshot is committed (files hashed, synced, renamed into place)
 // before its record is written, and a failure at any step, a panic
 // included, leaves no snapshot behind.
-func (m *Manager) Checkpoint(ctx context.Context, ref string, req *api.CheckpointRequest) (*api.Snapshot, error) {
+func (m *Manager) Checkpoint(ctx context.Context, ref string, req *api.CheckpointRequest) (_ *api.Snapshot, err error) {
 	typ := req.Type
 	if typ == "" {
 		typ = api.SnapshotFilesystem
@@ -84,6 +84,9 @@ func (m *Manager) Checkpoint(ctx context.Context, ref string, req *api.Checkpoin
 		return nil, err
 	}
 	defer unlock()
+	// A delete cancels what holds the lock: whatever error that causes,
+	// the delete is the answer.
+	defer func() { err = opErr(ctx, err) }()
 	if sb, err = m.store.Get(ctx, sb.ID); err != nil {
 		return nil, err
 	}

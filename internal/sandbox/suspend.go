@@ -37,7 +37,7 @@ const snapshotSuspend = "suspend"
 // the sandbox in a state that holds: still running (and its new image
 // dropped) until its processes are freed, suspended with its new image from
 // then on.
-func (m *Manager) Suspend(ctx context.Context, ref, reason string) (*api.Sandbox, error) {
+func (m *Manager) Suspend(ctx context.Context, ref, reason string) (_ *api.Sandbox, err error) {
 	if h, problem := m.criuHost(); h == nil {
 		return nil, errdefs.Unavailable("suspend needs memory snapshots, unavailable on this host: %s", problem)
 	}
@@ -54,6 +54,9 @@ func (m *Manager) Suspend(ctx context.Context, ref, reason string) (*api.Sandbox
 		return nil, err
 	}
 	defer unlock()
+	// A delete cancels what holds the lock: whatever error that causes,
+	// the delete is the answer.
+	defer func() { err = opErr(ctx, err) }()
 	if sb, err = m.store.Get(ctx, sb.ID); err != nil {
 		return nil, err
 	}
@@ -207,7 +210,7 @@ func (m *Manager) setState(ctx context.Context, id, to, reason string, fn func(*
 // its files, kernels and processes. A failure at any step, a panic or a
 // delete's cancellation included, frees whatever was restored and leaves
 // the sandbox suspended with its image intact.
-func (m *Manager) Resume(ctx context.Context, ref string) (*api.Sandbox, error) {
+func (m *Manager) Resume(ctx context.Context, ref string) (_ *api.Sandbox, err error) {
 	sb, err := m.store.Get(ctx, ref)
 	if err != nil {
 		return nil, err
@@ -217,6 +220,9 @@ func (m *Manager) Resume(ctx context.Context, ref string) (*api.Sandbox, error) 
 		return nil, err
 	}
 	defer unlock()
+	// A delete cancels what holds the lock: whatever error that causes,
+	// the delete is the answer.
+	defer func() { err = opErr(ctx, err) }()
 	if sb, err = m.store.Get(ctx, sb.ID); err != nil {
 		return nil, err
 	}
