@@ -227,8 +227,8 @@ func (c *Client) buildStream(ctx context.Context, req *http.Request, onEvent fun
 
 // ListImages returns every image, by name.
 func (c *Client) ListImages(ctx context.Context) ([]api.Image, error) {
-	var list api.ImageList
-	if err := c.doJSON(ctx, http.MethodGet, "/v1/images", nil, nil, &list); err != nil {
+	list, err := c.ImageList(ctx)
+	if err != nil {
 		return nil, err
 	}
 	return list.Images, nil
