@@ -45,6 +45,10 @@ PACKAGES=(
 	python3-nbformat
 	curl
 	jq
+	# Tests of many nodes sharing one store (test/e2e/cluster_test.go,
+	# the PostgreSQL store's conformance suite): a throwaway PostgreSQL
+	# cluster started by the tests (initdb in a temp dir).
+	postgresql
 	# Building and testing: make, and a C toolchain for `go test -race`
 	# (the race detector needs cgo). Go itself is not a Debian 12 package
 	# at the version we need; it is expected in /usr/local/go.
@@ -93,12 +97,26 @@ install_npm_deps() {
 	echo "$sum" >"$stamp"
 }
 
+# MinIO, the S3-compatible server the object storage tests start: built from
+# its Go module into /var/cache/forkbox/minio (a few minutes once; fast when
+# it is already there). It builds in the background while apt and CRIU run.
+minio_pid=
+start_minio_build() {
+	"$(dirname "${BASH_SOURCE[0]}")/build-minio.sh" &
+	minio_pid=$!
+}
+wait_minio_build() {
+	[[ -n $minio_pid ]] || return 0
+	wait "$minio_pid"
+}
+
 # finish installs what is not a Debian package, whichever way the apt part
 # ended.
 finish() {
 	local root
 	root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 	install_criu
+	wait_minio_build
 	install_npm_deps "$root/test/browser"
 	install_npm_deps "$root/test/e2bcompat"
 	install_npm_deps "$root/sdk/js"
@@ -108,6 +126,7 @@ if [[ $(id -u) -ne 0 ]]; then
 	log "must run as root (try: sudo $0)" >&2
 	exit 1
 fi
+start_minio_build
 if ! command -v dpkg-query >/dev/null || ! command -v apt-get >/dev/null; then
 	log "this script needs a Debian-based host (dpkg-query and apt-get)" >&2
 	exit 1

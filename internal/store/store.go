@@ -41,6 +41,11 @@ type Sandbox struct {
 	// SuspendImage is the snapshot holding a suspended sandbox's state (its
 	// latest suspend); "" when it never was suspended.
 	SuspendImage string
+	// Node is the id of the daemon that runs the sandbox (or, while it is
+	// suspended, the one that suspended it and has its image cached).
+	// "" on a single daemon's rows from before nodes existed: the daemon
+	// that reads them owns them.
+	Node         string
 	CreatedAt    time.Time
 	LastActiveAt time.Time
 	TerminatedAt *time.Time
@@ -114,6 +119,9 @@ type ListFilter struct {
 	State  string
 	Name   string
 	Labels map[string]string
+	// Node narrows to the sandboxes of one node; rows with Node "" match
+	// every node (they predate nodes).
+	Node string
 }
 
 // Snapshot is one snapshot's durable record. Its files live in the snapshot
@@ -182,6 +190,52 @@ type Store interface {
 	// errdefs.ErrNotFound.
 	DeletePool(ctx context.Context, owner, name string) error
 	Close() error
+}
+
+// Node is one daemon of a cluster that shares a store: what the others need
+// to send it calls (Address) and to place sandboxes on it (capacity).
+type Node struct {
+	ID string
+	// Address is the base URL other nodes reach its API at
+	// (http://10.0.0.2:8080).
+	Address string
+	// CPUs, MemoryBytes and DiskBytes are what the node gives sandboxes in
+	// all; DiskFreeBytes what its sandboxes' disk has free.
+	CPUs          float64
+	MemoryBytes   int64
+	DiskBytes     int64
+	DiskFreeBytes int64
+	// Running counts its running sandboxes; MemoryReserved adds up their
+	// memory limits.
+	Running        int
+	MemoryReserved int64
+	StartedAt      time.Time
+	HeartbeatAt    time.Time
+}
+
+// NodeStore keeps the cluster's nodes. Both backends implement it; on
+// SQLite the only node is the daemon itself.
+type NodeStore interface {
+	// Heartbeat inserts node n or replaces its row (every field as given).
+	Heartbeat(ctx context.Context, n *Node) error
+	// GetNode finds a node. Missing: errdefs.ErrNotFound.
+	GetNode(ctx context.Context, id string) (*Node, error)
+	// ListNodes returns every node, by id.
+	ListNodes(ctx context.Context) ([]*Node, error)
+	// DeleteNode removes a node's row. Missing: errdefs.ErrNotFound.
+	DeleteNode(ctx context.Context, id string) error
+}
+
+// Backend is everything a daemon keeps in its metadata store: SQLite
+// (embedded, one daemon) and PostgreSQL (shared by many) implement it.
+type Backend interface {
+	Store
+	AccessStore
+	ConversationStore
+	CellStore
+	NodeStore
+	// Kind is "sqlite" or "postgres".
+	Kind() string
 }
 
 // Key is an API key's durable record: only the SHA-256 of its secret is
