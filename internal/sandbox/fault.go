@@ -2,12 +2,11 @@ package sandbox
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
-	"syscall"
 	"time"
+
+	"github.com/forkbox/forkbox/internal/fault"
 )
 
 // Test hooks at named points of the lifecycle operations. They do nothing
@@ -29,24 +28,9 @@ import (
 // suspend:freed, resume:recorded, resume:restored, checkpoint:locked,
 // checkpoint:frozen, checkpoint:captured, delete:locked.
 
-// faultPoint applies FORKBOX_FAULT at name.
-func faultPoint(name string) {
-	v := os.Getenv("FORKBOX_FAULT")
-	if v == "" {
-		return
-	}
-	for _, f := range strings.Split(v, ",") {
-		point, mode, _ := strings.Cut(f, "=")
-		if point != name {
-			continue
-		}
-		if mode == "panic" {
-			panic(fmt.Sprintf("fault point %s (FORKBOX_FAULT)", name))
-		}
-		syscall.Kill(os.Getpid(), syscall.SIGKILL)
-		select {} // the signal is on its way
-	}
-}
+// faultPoint applies FORKBOX_FAULT at name (see package fault, which
+// internal/snapshot shares).
+func faultPoint(name string) { fault.Point(name) }
 
 // hookPoint is faultPoint plus the hold of FORKBOX_HOLD_DIR for one sandbox
 // (id and, when it has one, name). It returns the context's cause when the
