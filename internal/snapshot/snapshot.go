@@ -11,10 +11,45 @@
 //	<id>/manifest.json   {"files": {"fs.tar": "<sha256>", "criu/pages-1.img": …}, "size_bytes": N}
 //	<id>/fs.tar          the sandbox's writable layer (overlay upper), with xattrs
 //	<id>/criu/           CRIU images, for memory snapshots
-//	.tmp-<id>/           a snapshot being written (removed at Open)
+//	.tmp-<id>/           a snapshot being written or fetched (removed at Open)
+//	.tmp.evict-<id>/     a cached copy being evicted (removed at Open)
+//
+// # Object storage
+//
+// With SetRemote, snapshots (suspend images included) live in an
+// S3-compatible object store that every node of a cluster shares, and the
+// directory above is this node's cache of them:
+//
+//	blobs/sha256/<hex>            a file's content, by its sha256: the
+//	                              snapshots of one lineage share their
+//	                              unchanged files (a blob already there is
+//	                              not uploaded again)
+//	snapshots/<id>/manifest.json  the manifest, byte for byte the local one
+//	                              (so the recorded checksum holds), with
+//	                              the files' and directories' modes
+//
+// Commit uploads the blobs and then the manifest before it moves the
+// snapshot into place, and fails (nothing committed, locally or remotely)
+// if any upload does: a snapshot is committed only when it is durable in
+// the object store, and nothing half-written is ever visible (a crash
+// mid-upload leaves blobs that no manifest names, which GC removes).
+// Verify and Clone fetch a snapshot missing on disk — its manifest checked
+// against the recorded checksum, each file against its hash while it is
+// written — into .tmp-<id> and move it into place; fetches of one id are
+// serialized. Delete removes the cached copy and the manifest; GC removes
+// manifests that no record names and blobs that no manifest names.
+//
+// The cache holds at most the bytes given to SetRemote: after a commit or
+// a fetch, the least recently used snapshots that are in the object store
+// are evicted until it fits, except that a snapshot used (Commit, Verify,
+// Path, Clone) in the last RecentUse (5 minutes) is never evicted, so a
+// restore or resume that has just verified its snapshot does not lose its
+// files halfway. The cache may exceed its budget while every snapshot in
+// it is that recent.
 package snapshot
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -33,9 +68,11 @@ import (
 
 const manifestName = "manifest.json"
 
-// Store is a directory of snapshots.
+// Store is a directory of snapshots, and with SetRemote an object store
+// behind it (see remote.go).
 type Store struct {
 	dir string
+	r   remoteState
 }
 
 // Open opens (creating) the store at dir and removes unfinished snapshots.
@@ -48,17 +85,23 @@ func Open(dir string) (*Store, error) {
 		return nil, err
 	}
 	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), ".tmp-") {
+		if strings.HasPrefix(e.Name(), ".tmp") { // .tmp-<id>, .tmp.evict-<id>
 			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
 				return nil, fmt.Errorf("remove unfinished snapshot %s: %w", e.Name(), err)
 			}
 		}
 	}
-	return &Store{dir: dir}, nil
+	return &Store{dir: dir, r: newRemoteState()}, nil
 }
 
-// Path is the directory of a committed snapshot.
-func (s *Store) Path(id string) string { return filepath.Join(s.dir, id) }
+// Path is the directory of a committed snapshot. With a remote, asking for
+// it counts as a use of the snapshot's cached copy (see the package doc).
+func (s *Store) Path(id string) string {
+	s.touchUse(id)
+	return s.path(id)
+}
+
+func (s *Store) path(id string) string { return filepath.Join(s.dir, id) }
 
 // IDs lists the committed snapshots on disk.
 func (s *Store) IDs() ([]string, error) {
@@ -87,7 +130,7 @@ func (s *Store) Begin(id string) (*Pending, error) {
 	if id == "" || strings.ContainsAny(id, "/.") {
 		return nil, errdefs.InvalidArgument("bad snapshot id %q", id)
 	}
-	if _, err := os.Stat(s.Path(id)); err == nil {
+	if _, err := os.Stat(s.path(id)); err == nil {
 		return nil, errdefs.Conflict("snapshot %s already exists", id)
 	}
 	dir := filepath.Join(s.dir, ".tmp-"+id)
@@ -110,13 +153,27 @@ func (p *Pending) Abort() error { return os.RemoveAll(p.dir) }
 type Manifest struct {
 	Files     map[string]string `json:"files"`
 	SizeBytes int64             `json:"size_bytes"`
+	// With a remote only: the permission bits of the files and of the
+	// directories (by slash-separated path, "." the snapshot's own), so a
+	// snapshot fetched on another node has the modes it was taken with.
+	Modes map[string]uint32 `json:"modes,omitempty"`
+	Dirs  map[string]uint32 `json:"dirs,omitempty"`
 }
 
-// Commit hashes and fsyncs every file, writes the manifest and moves the
-// snapshot into place. It returns the size on disk and the checksum of the
-// manifest. On error the pending snapshot is left for Abort.
+// Commit is CommitContext without a deadline.
 func (p *Pending) Commit() (size int64, checksum string, err error) {
+	return p.CommitContext(context.Background())
+}
+
+// CommitContext hashes and fsyncs every file, writes the manifest and moves
+// the snapshot into place. With a remote, the files and then the manifest
+// are uploaded before the move: a committed snapshot is durable in the
+// object store. It returns the size on disk and the checksum of the
+// manifest. On error the pending snapshot is left for Abort (and nothing
+// of it is committed, locally or remotely).
+func (p *Pending) CommitContext(ctx context.Context) (size int64, checksum string, err error) {
 	m := Manifest{Files: map[string]string{}}
+	remote := p.s.remote() != nil
 	var dirs []string
 	err = filepath.WalkDir(p.dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -141,6 +198,11 @@ func (p *Pending) Commit() (size int64, checksum string, err error) {
 	if err != nil {
 		return 0, "", err
 	}
+	if remote {
+		if err := collectModes(p.dir, &m); err != nil {
+			return 0, "", err
+		}
+	}
 	b, err := json.MarshalIndent(m, "", " ")
 	if err != nil {
 		return 0, "", err
@@ -153,21 +215,47 @@ func (p *Pending) Commit() (size int64, checksum string, err error) {
 			return 0, "", err
 		}
 	}
-	if err := os.Rename(p.dir, p.s.Path(p.id)); err != nil {
+	if remote {
+		unlock := p.s.lockID(p.id)
+		defer unlock()
+		if err := p.s.upload(ctx, p.id, p.dir, &m, b); err != nil {
+			return 0, "", err
+		}
+	}
+	if err := os.Rename(p.dir, p.s.path(p.id)); err != nil {
+		if remote {
+			p.s.unpublish(p.id)
+		}
 		return 0, "", fmt.Errorf("commit snapshot %s: %w", p.id, err)
 	}
 	if err := syncDir(p.s.dir); err != nil {
 		return 0, "", err
 	}
+	if remote {
+		p.s.committed(p.id)
+	}
 	sum := sha256.Sum256(b)
 	return m.SizeBytes + int64(len(b)), hex.EncodeToString(sum[:]), nil
 }
 
-// Verify checks a committed snapshot against its manifest and the checksum
-// recorded for it. A mismatch is a failed-precondition error naming the
-// snapshot and the file.
+// Verify is VerifyContext without a deadline.
 func (s *Store) Verify(id, checksum string) error {
-	dir := s.Path(id)
+	return s.VerifyContext(context.Background(), id, checksum)
+}
+
+// VerifyContext checks a committed snapshot against its manifest and the
+// checksum recorded for it. A mismatch is a failed-precondition error
+// naming the snapshot and the file. With a remote, a snapshot missing on
+// disk is fetched first (and checked while it is written).
+func (s *Store) VerifyContext(ctx context.Context, id, checksum string) error {
+	s.touchUse(id)
+	if s.remote() != nil {
+		fetched, err := s.fetch(ctx, id, checksum)
+		if err != nil || fetched {
+			return err
+		}
+	}
+	dir := s.path(id)
 	b, err := os.ReadFile(filepath.Join(dir, manifestName))
 	if errors.Is(err, os.ErrNotExist) {
 		return errdefs.FailedPrecondition("snapshot %s is missing its files on disk", id)
@@ -209,10 +297,20 @@ func (s *Store) Verify(id, checksum string) error {
 // link is impossible. It returns the new snapshot's size and checksum; on
 // error nothing of dst remains.
 func (s *Store) Clone(src, srcChecksum, dst string, keep func(rel string) bool) (size int64, checksum string, err error) {
-	if err := s.Verify(src, srcChecksum); err != nil {
+	return s.CloneContext(context.Background(), src, srcChecksum, dst, keep)
+}
+
+// CloneContext is Clone. With a remote, a source missing on disk is fetched
+// first, and dst is uploaded (its files are the source's blobs, already
+// there) before it is committed.
+func (s *Store) CloneContext(ctx context.Context, src, srcChecksum, dst string, keep func(rel string) bool) (size int64, checksum string, err error) {
+	if err := s.VerifyContext(ctx, src, srcChecksum); err != nil {
 		return 0, "", err
 	}
-	b, err := os.ReadFile(filepath.Join(s.Path(src), manifestName))
+	// Keep src's cached copy while it is read.
+	s.touchUse(src)
+	remote := s.remote() != nil
+	b, err := os.ReadFile(filepath.Join(s.path(src), manifestName))
 	if err != nil {
 		return 0, "", err
 	}
@@ -236,7 +334,7 @@ func (s *Store) Clone(src, srcChecksum, dst string, keep func(rel string) bool) 
 		if !keep(rel) {
 			continue
 		}
-		from := filepath.Join(s.Path(src), filepath.FromSlash(rel))
+		from := filepath.Join(s.path(src), filepath.FromSlash(rel))
 		to := filepath.Join(p.dir, filepath.FromSlash(rel))
 		if !strings.HasPrefix(to, p.dir+string(filepath.Separator)) {
 			return 0, "", errdefs.FailedPrecondition("snapshot %s is corrupt: manifest names %q", src, rel)
@@ -249,7 +347,7 @@ func (s *Store) Clone(src, srcChecksum, dst string, keep func(rel string) bool) 
 			// Keep the source's modes (a memory snapshot's CRIU dir is
 			// searchable by the users of the restore).
 			rel, _ := filepath.Rel(p.dir, d)
-			if st, err := os.Stat(filepath.Join(s.Path(src), rel)); err == nil {
+			if st, err := os.Stat(filepath.Join(s.path(src), rel)); err == nil {
 				if err := os.Chmod(d, st.Mode().Perm()); err != nil {
 					return 0, "", err
 				}
@@ -270,6 +368,11 @@ func (s *Store) Clone(src, srcChecksum, dst string, keep func(rel string) bool) 
 	if len(m.Files) == 0 {
 		return 0, "", errdefs.FailedPrecondition("snapshot %s has none of the files asked for", src)
 	}
+	if remote {
+		if err := collectModes(p.dir, &m); err != nil {
+			return 0, "", err
+		}
+	}
 	mb, err := json.MarshalIndent(m, "", " ")
 	if err != nil {
 		return 0, "", err
@@ -287,12 +390,25 @@ func (s *Store) Clone(src, srcChecksum, dst string, keep func(rel string) bool) 
 			return 0, "", err
 		}
 	}
-	if err := os.Rename(p.dir, s.Path(dst)); err != nil {
+	if remote {
+		unlock := s.lockID(dst)
+		defer unlock()
+		if err := s.upload(ctx, dst, p.dir, &m, mb); err != nil {
+			return 0, "", err
+		}
+	}
+	if err := os.Rename(p.dir, s.path(dst)); err != nil {
+		if remote {
+			s.unpublish(dst)
+		}
 		return 0, "", fmt.Errorf("commit snapshot %s: %w", dst, err)
 	}
 	committed = true
 	if err := syncDir(s.dir); err != nil {
 		return 0, "", err
+	}
+	if remote {
+		s.committed(dst)
 	}
 	sum := sha256.Sum256(mb)
 	return m.SizeBytes + int64(len(mb)), hex.EncodeToString(sum[:]), nil
@@ -320,12 +436,25 @@ func copyFile(from, to string) error {
 	return out.Close()
 }
 
-// Delete removes a snapshot's files (idempotent).
-func (s *Store) Delete(id string) error {
+// Delete is DeleteContext without a deadline.
+func (s *Store) Delete(id string) error { return s.DeleteContext(context.Background(), id) }
+
+// DeleteContext removes a snapshot's files (idempotent): with a remote, its
+// cached copy and its manifest in the object store (its blobs are left to
+// GC: other snapshots may share them).
+func (s *Store) DeleteContext(ctx context.Context, id string) error {
 	if id == "" || strings.ContainsAny(id, "/.") {
 		return errdefs.InvalidArgument("bad snapshot id %q", id)
 	}
-	return os.RemoveAll(s.Path(id))
+	if s.remote() == nil {
+		return os.RemoveAll(s.path(id))
+	}
+	unlock := s.lockID(id)
+	defer unlock()
+	if err := os.RemoveAll(s.path(id)); err != nil {
+		return err
+	}
+	return s.deleteRemote(ctx, id)
 }
 
 func hashFile(path string, fsync bool) (string, int64, error) {
