@@ -170,6 +170,22 @@ var migrations = []string{
 		created_at INTEGER NOT NULL,
 		UNIQUE (sandbox_id, seq)
 	);`,
+	// 9: nodes. A sandbox names the daemon that runs it ('' on rows from
+	// before nodes: every node's), and every daemon keeps its own row.
+	`ALTER TABLE sandboxes ADD COLUMN node TEXT NOT NULL DEFAULT '';
+	CREATE INDEX sandboxes_node ON sandboxes(node);
+	CREATE TABLE nodes (
+		id              TEXT PRIMARY KEY,
+		address         TEXT NOT NULL DEFAULT '',
+		cpus            REAL NOT NULL DEFAULT 0,
+		memory_bytes    INTEGER NOT NULL DEFAULT 0,
+		disk_bytes      INTEGER NOT NULL DEFAULT 0,
+		disk_free_bytes INTEGER NOT NULL DEFAULT 0,
+		running         INTEGER NOT NULL DEFAULT 0,
+		memory_reserved INTEGER NOT NULL DEFAULT 0,
+		started_at      INTEGER NOT NULL,
+		heartbeat_at    INTEGER NOT NULL
+	);`,
 }
 
 // SQLite is the embedded Store: one database file in the data directory,
@@ -182,6 +198,8 @@ var (
 	_ Store             = (*SQLite)(nil)
 	_ ConversationStore = (*SQLite)(nil)
 	_ CellStore         = (*SQLite)(nil)
+	_ NodeStore         = (*SQLite)(nil)
+	_ Backend           = (*SQLite)(nil)
 )
 
 // OpenSQLite opens (creating if needed) the database at path and migrates it
@@ -272,7 +290,10 @@ func (s *SQLite) migrate(ctx context.Context) error {
 // Close closes the database.
 func (s *SQLite) Close() error { return s.db.Close() }
 
-const sandboxCols = `id, name, state, state_reason, image, snapshot_id, spec, runtime, created_at, last_active_at, terminated_at, suspend_image, tenant`
+// Kind implements Backend.
+func (s *SQLite) Kind() string { return "sqlite" }
+
+const sandboxCols = `id, name, state, state_reason, image, snapshot_id, spec, runtime, created_at, last_active_at, terminated_at, suspend_image, tenant, node`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -283,7 +304,7 @@ func scanSandbox(r scanner) (*Sandbox, error) {
 		created, active int64
 		terminated      sql.NullInt64
 	)
-	if err := r.Scan(&sb.ID, &sb.Name, &sb.State, &sb.StateReason, &sb.Image, &sb.SnapshotID, &spec, &rt, &created, &active, &terminated, &sb.SuspendImage, &sb.Tenant); err != nil {
+	if err := r.Scan(&sb.ID, &sb.Name, &sb.State, &sb.StateReason, &sb.Image, &sb.SnapshotID, &spec, &rt, &created, &active, &terminated, &sb.SuspendImage, &sb.Tenant, &sb.Node); err != nil {
 		return nil, err
 	}
 	if err := json.Unmarshal([]byte(spec), &sb.Spec); err != nil {
@@ -329,9 +350,9 @@ func (s *SQLite) Create(ctx context.Context, sb *Sandbox) error {
 		return fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback()
-	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes(`+sandboxCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+	_, err = tx.ExecContext(ctx, `INSERT INTO sandboxes(`+sandboxCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		sb.ID, sb.Name, sb.State, sb.StateReason, sb.Image, sb.SnapshotID, string(spec), runtimeJSON(sb.Runtime),
-		sb.CreatedAt.UnixNano(), sb.LastActiveAt.UnixNano(), nullTime(sb.TerminatedAt), sb.SuspendImage, sb.Tenant)
+		sb.CreatedAt.UnixNano(), sb.LastActiveAt.UnixNano(), nullTime(sb.TerminatedAt), sb.SuspendImage, sb.Tenant, sb.Node)
 	if isUniqueViolation(err) {
 		if sb.Name != "" {
 			return errdefs.Conflict("a sandbox named %q already exists", sb.Name)
@@ -393,6 +414,10 @@ func (s *SQLite) List(ctx context.Context, f ListFilter) ([]*Sandbox, error) {
 		where = append(where, "tenant = ?")
 		args = append(args, t)
 	}
+	if f.Node != "" {
+		where = append(where, "(node = ? OR node = '')")
+		args = append(args, f.Node)
+	}
 	rows, err := s.db.QueryContext(ctx, `SELECT `+sandboxCols+` FROM sandboxes WHERE `+strings.Join(where, " AND ")+` ORDER BY created_at DESC, id`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list sandboxes: %w", err)
@@ -446,9 +471,9 @@ func (s *SQLite) Update(ctx context.Context, id string, fn func(*Sandbox) error)
 		return nil, fmt.Errorf("encode spec: %w", err)
 	}
 	_, err = tx.ExecContext(ctx, `UPDATE sandboxes SET name=?, state=?, state_reason=?, image=?, snapshot_id=?, spec=?, runtime=?,
-		last_active_at=?, terminated_at=?, suspend_image=? WHERE id=?`,
+		last_active_at=?, terminated_at=?, suspend_image=?, node=? WHERE id=?`,
 		sb.Name, sb.State, sb.StateReason, sb.Image, sb.SnapshotID, string(spec), runtimeJSON(sb.Runtime),
-		sb.LastActiveAt.UnixNano(), nullTime(sb.TerminatedAt), sb.SuspendImage, id)
+		sb.LastActiveAt.UnixNano(), nullTime(sb.TerminatedAt), sb.SuspendImage, sb.Node, id)
 	if isUniqueViolation(err) {
 		return nil, errdefs.Conflict("a sandbox named %q already exists", sb.Name)
 	}
