@@ -8,3 +8,7 @@ var NumMigrations = len(migrations)
 
 // RawDB exposes the handle underneath a SQLite store to the tests.
 func RawDB(s *SQLite) *sql.DB { return s.db }
+
+// NumPostgresMigrations is the version a freshly opened PostgreSQL database
+// must be at.
+var NumPostgresMigrations = len(pgMigrations)

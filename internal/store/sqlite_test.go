@@ -25,14 +25,23 @@ import (
 )
 
 func TestSQLiteConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) store.Store {
+	t.Parallel()
+	storetest.RunBackend(t, func(t *testing.T) store.Backend {
 		return openSQLite(t, filepath.Join(t.TempDir(), "forkbox.db"))
 	})
 }
 
-func TestSQLiteConversationConformance(t *testing.T) {
-	storetest.RunConversations(t, func(t *testing.T) store.ConversationStore {
-		return openClosing(t, filepath.Join(t.TempDir(), "forkbox.db"))
+// Several daemons on one SQLite file (several processes) are held to the
+// same contract as several on one PostgreSQL database.
+func TestSQLiteConcurrentInstances(t *testing.T) {
+	t.Parallel()
+	storetest.RunConcurrent(t, func(t *testing.T, n int) []store.Backend {
+		path := filepath.Join(t.TempDir(), "forkbox.db")
+		var out []store.Backend
+		for range n {
+			out = append(out, openClosing(t, path))
+		}
+		return out
 	})
 }
 
@@ -45,9 +54,9 @@ func TestSQLiteConversationsReopenAndUpgrade(t *testing.T) {
 	if err := s.Create(ctx, testSandbox(1)); err != nil {
 		t.Fatal(err)
 	}
-	// Back to schema 5, as an older forkbox left it: 8, 7 undone, then 6.
+	// Back to schema 5, as an older forkbox left it: 9, 8, 7 undone, then 6.
 	db := store.RawDB(s)
-	for _, q := range []string{`DROP TABLE cells`, `DROP TABLE audit`, `DROP TABLE tenants`, `DROP TABLE api_keys`,
+	for _, q := range []string{`DROP TABLE nodes`, `DROP INDEX sandboxes_node`, `ALTER TABLE sandboxes DROP COLUMN node`, `DROP TABLE cells`, `DROP TABLE audit`, `DROP TABLE tenants`, `DROP TABLE api_keys`,
 		`DROP INDEX sandboxes_live_name`, `DROP INDEX sandboxes_name`, `ALTER TABLE sandboxes DROP COLUMN tenant`,
 		`CREATE UNIQUE INDEX sandboxes_live_name ON sandboxes(name) WHERE name != '' AND state != 'terminated'`,
 		`CREATE INDEX sandboxes_name ON sandboxes(name)`, `ALTER TABLE snapshots DROP COLUMN tenant`,
@@ -135,6 +144,7 @@ func testSandbox(i int) *store.Sandbox {
 	created := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(i)*time.Second + time.Duration(i)*7)
 	return &store.Sandbox{
 		ID:          fmt.Sprintf("sb-%03d", i),
+		Tenant:      api.DefaultTenant,
 		Name:        fmt.Sprintf("name-%03d", i),
 		State:       api.StateCreating,
 		StateReason: "requested",

@@ -1,11 +1,15 @@
-// Package storetest is the conformance suite for store.Store, in the spirit of
-// containerd's snapshots/testsuite: every backend (SQLite today, PostgreSQL
-// later) calls Run from its own tests, so all of them are held to the same
-// contract, the one documented on store.Store.
+// Package storetest is the conformance suite of the store's interfaces, in
+// the spirit of containerd's snapshots/testsuite: every backend (SQLite and
+// PostgreSQL) runs it from its own tests, so all of them are held to the
+// same contract, the one documented on the interfaces.
 //
 //	func TestConformance(t *testing.T) {
-//		storetest.Run(t, func(t *testing.T) store.Store { return openFresh(t) })
+//		storetest.RunBackend(t, func(t *testing.T) store.Backend { return openFresh(t) })
 //	}
+//
+// Run, RunConversations, RunAccess, RunCells and RunNodes run one
+// interface's part; RunConcurrent holds several instances on one database
+// (several daemons) to the same contract while they race.
 package storetest
 
 import (
@@ -23,6 +27,7 @@ import (
 	"github.com/forkbox/forkbox/api"
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/store"
+	"github.com/google/go-cmp/cmp"
 )
 
 // Run runs the whole suite. newStore must return a fresh, empty store each
@@ -59,6 +64,8 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"TimePrecisionUTC", testTimePrecisionUTC},
 		{"Snapshots", testSnapshots},
 		{"TenantScoping", testTenantScoping},
+		{"NodeRoundTrip", testNodeRoundTrip},
+		{"ListNode", testListNode},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -84,6 +91,7 @@ func at(n int) time.Time { return base.Add(time.Duration(n)*time.Second + time.D
 func newSandbox(id, name, state string, created time.Time) *store.Sandbox {
 	return &store.Sandbox{
 		ID:          id,
+		Tenant:      api.DefaultTenant,
 		Name:        name,
 		State:       state,
 		StateReason: "created by test",
@@ -148,76 +156,22 @@ func terminate(reason string, when time.Time) func(*store.Sandbox) error {
 }
 
 // Diff describes how got differs from want, or returns "" when they are the
-// same record. Times compare as instants; Runtime compares as JSON values (a
-// backend may re-format it, e.g. PostgreSQL jsonb); nil and empty maps in Spec
-// are the same.
+// same record: every field, times compared as instants, Runtime as a JSON
+// value (a backend may re-format it), nil and empty maps alike.
 func Diff(want, got *store.Sandbox) string {
-	if want == nil || got == nil {
-		if want == got {
-			return ""
-		}
-		return fmt.Sprintf("want %v, got %v", want, got)
+	if d := cmp.Diff(want, got, recordOpts); d != "" {
+		return "\n" + d
 	}
-	var d []string
-	add := func(field string, w, g any) { d = append(d, fmt.Sprintf("%s: want %v, got %v", field, w, g)) }
-	if want.ID != got.ID {
-		add("ID", want.ID, got.ID)
-	}
-	if want.Name != got.Name {
-		add("Name", want.Name, got.Name)
-	}
-	if want.State != got.State {
-		add("State", want.State, got.State)
-	}
-	if want.StateReason != got.StateReason {
-		add("StateReason", want.StateReason, got.StateReason)
-	}
-	if want.Image != got.Image {
-		add("Image", want.Image, got.Image)
-	}
-	if want.SnapshotID != got.SnapshotID {
-		add("SnapshotID", want.SnapshotID, got.SnapshotID)
-	}
-	if !specEqual(want.Spec, got.Spec) {
-		add("Spec", fmt.Sprintf("%+v", want.Spec), fmt.Sprintf("%+v", got.Spec))
-	}
-	if !jsonEqual(want.Runtime, got.Runtime) {
-		add("Runtime", string(want.Runtime), string(got.Runtime))
-	}
-	if !want.CreatedAt.Equal(got.CreatedAt) {
-		add("CreatedAt", want.CreatedAt, got.CreatedAt)
-	}
-	if !want.LastActiveAt.Equal(got.LastActiveAt) {
-		add("LastActiveAt", want.LastActiveAt, got.LastActiveAt)
-	}
-	switch {
-	case want.TerminatedAt == nil && got.TerminatedAt == nil:
-	case want.TerminatedAt == nil || got.TerminatedAt == nil:
-		add("TerminatedAt", want.TerminatedAt, got.TerminatedAt)
-	case !want.TerminatedAt.Equal(*got.TerminatedAt):
-		add("TerminatedAt", *want.TerminatedAt, *got.TerminatedAt)
-	}
-	if len(d) == 0 {
-		return ""
-	}
-	var b bytes.Buffer
-	for _, l := range d {
-		b.WriteString("\n\t")
-		b.WriteString(l)
-	}
-	return b.String()
+	return ""
 }
 
-func specEqual(a, b store.Spec) bool {
-	norm := func(m map[string]string) map[string]string {
-		if len(m) == 0 {
-			return nil
-		}
-		return m
-	}
-	a.Env, b.Env = norm(a.Env), norm(b.Env)
-	a.Labels, b.Labels = norm(a.Labels), norm(b.Labels)
-	return reflect.DeepEqual(a, b)
+// recordOpts compare records as the store promises to keep them: time.Time
+// by its Equal method (cmp's own rule), JSON documents as values, an empty
+// map as nil.
+var recordOpts = cmp.Options{
+	cmp.Comparer(func(a, b json.RawMessage) bool { return jsonEqual(a, b) }),
+	cmp.FilterValues(func(a, b map[string]string) bool { return len(a) == 0 && len(b) == 0 },
+		cmp.Comparer(func(a, b map[string]string) bool { return true })),
 }
 
 func jsonEqual(a, b json.RawMessage) bool {
@@ -257,6 +211,8 @@ func testCreateGet(t *testing.T, s store.Store) {
 	sb.SnapshotID = "snap-9"
 	sb.Spec.MaxLifetimeSecs = 3600
 	sb.Spec.AllowInternetAccess = true
+	sb.SuspendImage = "snap-suspend-1"
+	sb.Node = "node-a"
 	want := *sb
 	mustCreate(t, s, sb)
 
@@ -451,6 +407,7 @@ func testUpdateAllFields(t *testing.T, s store.Store) {
 	term := at(9)
 	want := &store.Sandbox{
 		ID:          "sb-1",
+		Tenant:      api.DefaultTenant,
 		Name:        "beta",
 		State:       api.StateSuspended,
 		StateReason: "idle timeout",
@@ -468,6 +425,8 @@ func testUpdateAllFields(t *testing.T, s store.Store) {
 			Labels:              map[string]string{"team": "ml", "tier": "gold"},
 		},
 		Runtime:      json.RawMessage(`{"pid":4242,"cgroup":"/sys/fs/cgroup/forkbox/sb-1","veth":{"host":"fb0","ip":"10.0.0.2"}}`),
+		SuspendImage: "snap-suspend-2",
+		Node:         "node-b",
 		CreatedAt:    orig.CreatedAt,
 		LastActiveAt: at(7),
 		TerminatedAt: &term,

@@ -77,6 +77,7 @@ func testTenantScoping(t *testing.T, s store.Store) {
 		t.Fatalf("unscoped Create with Tenant b: %v", err)
 	}
 	v := newSandbox("v", "", api.StateRunning, at(5))
+	v.Tenant = ""
 	if err := s.Create(bg, v); err != nil || mustGet(t, s, "v").Tenant != api.DefaultTenant {
 		t.Fatalf("unscoped Create without a tenant: %v", err)
 	}
