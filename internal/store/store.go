@@ -1,9 +1,14 @@
 // Package store keeps forkbox's metadata: sandboxes, their state and the
 // history of their state changes, snapshots and pools (Store), and chat
-// conversations, their turns and uploaded files (ConversationStore). These
-// are the interfaces the rest of the daemon uses; SQLite (sqlite.go) is the
-// embedded implementation of both, and a later PostgreSQL one runs the same
-// conformance suite (storetest).
+// conversations, their turns and uploaded files (ConversationStore), API
+// keys, quotas and the audit log (AccessStore), the cells sandboxes ran
+// (CellStore) and the cluster's nodes (NodeStore). These are the interfaces
+// the rest of the daemon uses; Backend bundles them. Two backends implement
+// all of them: SQLite (sqlite*.go), embedded, for one daemon, and PostgreSQL
+// (postgres*.go), shared by several daemons writing at once. Open picks one
+// from a DSN. Both run the same conformance suite (storetest), PostgreSQL
+// against a throwaway server (pgtest), and with several instances racing on
+// one database.
 //
 // Tenants: every resource row belongs to a tenant. A context carrying a
 // principal (package tenant) scopes every method to that principal's tenant:
@@ -14,6 +19,9 @@
 // Every change is a transaction: Update reads a row, lets the caller mutate
 // it, and writes it back together with an event row when the state changed,
 // so a crash never leaves a state without its history or half a change.
+// Read-modify-writes are serialised across processes too: SQLite's
+// transactions take the database's write lock first (BEGIN IMMEDIATE);
+// PostgreSQL's lock what they read (SELECT … FOR UPDATE, advisory locks).
 package store
 
 import (
@@ -263,8 +271,8 @@ type AuditFilter struct {
 	Limit int
 }
 
-// AccessStore keeps API keys, tenants' quotas and the audit log. *SQLite
-// implements it. It is not scoped by the context's tenant: only admin
+// AccessStore keeps API keys, tenants' quotas and the audit log. Both
+// backends implement it. It is not scoped by the context's tenant: only admin
 // calls reach it for other tenants.
 type AccessStore interface {
 	// CreateKey records a key; a duplicate id or hash is errdefs.ErrConflict.
@@ -336,7 +344,7 @@ type Upload struct {
 
 // ConversationStore keeps chat conversations, their turns and uploaded
 // files. It is separate from Store so that Store's fakes need not grow;
-// *SQLite implements both. Implementations are safe for concurrent use.
+// both backends implement both. Implementations are safe for concurrent use.
 type ConversationStore interface {
 	// CreateConversation inserts a conversation; an id already used is
 	// errdefs.ErrConflict.
@@ -399,7 +407,7 @@ type Cell struct {
 // are dropped as new ones come.
 const MaxCellsPerSandbox = 1000
 
-// CellStore keeps the cells sandboxes ran. *SQLite implements it.
+// CellStore keeps the cells sandboxes ran. Both backends implement it.
 type CellStore interface {
 	// AppendCells records cells (their Tenant as set, not the context's: the
 	// writer is batched) in one transaction, giving each the next Seq of its
