@@ -14,6 +14,9 @@ const (
 	StateResuming   = "resuming"
 	StateTerminated = "terminated"
 	StateError      = "error"
+	// StateLost: the sandbox was running on a node of a cluster that
+	// stopped answering; its processes are gone with the node.
+	StateLost = "lost"
 )
 
 // CreateSandboxRequest is the body of POST /v1/sandboxes. Pointer fields are
@@ -43,6 +46,9 @@ type CreateSandboxRequest struct {
 	// Pool hands out a ready sandbox of that warm pool (falling back to a
 	// normal restore when it is empty).
 	Pool string `json:"pool,omitempty"`
+	// Node runs the sandbox on that node of a cluster (default: the
+	// daemon places it on a node with room).
+	Node string `json:"node,omitempty"`
 }
 
 // Sandbox is the sandbox object the API returns.
@@ -69,6 +75,9 @@ type Sandbox struct {
 	LastActiveAt        time.Time         `json:"last_active_at"`
 	TerminatedAt        *time.Time        `json:"terminated_at,omitempty"`
 	Usage               *Usage            `json:"usage,omitempty"`
+	// Node is the node of the cluster that runs the sandbox (or holds its
+	// suspend image); absent on a single daemon.
+	Node string `json:"node,omitempty"`
 }
 
 // NetworkPolicy is the egress policy of a sandbox with internet access. By

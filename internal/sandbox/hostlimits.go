@@ -390,7 +390,7 @@ func (m *Manager) room(ctx context.Context, h *hostLimits, info HostInfo, b Host
 	}
 	for _, state := range liveStates {
 		// The host's room is every tenant's.
-		list, err := m.store.List(tenant.Unscoped(ctx), store.ListFilter{State: state})
+		list, err := m.store.List(tenant.Unscoped(ctx), store.ListFilter{State: state, Node: m.node})
 		if err != nil {
 			return r, err
 		}

@@ -20,12 +20,15 @@ const reapInterval = 500 * time.Millisecond
 // (its init and agent still answer) or marked error and cleaned up; sandbox
 // directories that no record owns are removed.
 func (m *Manager) Start(ctx context.Context) error {
-	sbs, err := m.store.List(ctx, store.ListFilter{})
+	sbs, err := m.store.List(ctx, store.ListFilter{Node: m.node})
 	if err != nil {
 		return err
 	}
 	known := map[string]bool{}
 	for _, sb := range sbs {
+		if m.elsewhere(sb) {
+			continue
+		}
 		known[sb.ID] = true
 		if sb.State == api.StateTerminated {
 			continue
@@ -52,8 +55,9 @@ func (m *Manager) Start(ctx context.Context) error {
 			} else {
 				m.setError(ctx, sb.ID, "sandbox processes were lost while the daemon was down: "+err.Error())
 			}
-		case api.StateError:
-			// Already marked; make sure nothing is left behind.
+		case api.StateError, api.StateLost:
+			// Already marked (lost: by another node while this one was
+			// unreachable); make sure nothing is left behind.
 			if err := m.rt.Destroy(ctx, sb.ID, info); err != nil {
 				m.log.Error("clean up errored sandbox", "sandbox", sb.ID, "err", err)
 			}
@@ -175,7 +179,7 @@ func (m *Manager) reapOnce(ctx context.Context) {
 		m.sweepIDRanges(ctx)
 	}
 	if m.reapTick%10 == 0 {
-		if list, err := m.store.List(ctx, store.ListFilter{State: api.StateSuspended}); err == nil {
+		if list, err := m.store.List(ctx, store.ListFilter{State: api.StateSuspended, Node: m.node}); err == nil {
 			for _, sb := range list {
 				if sb.Spec.MaxLifetimeSecs > 0 && now.After(sb.CreatedAt.Add(time.Duration(sb.Spec.MaxLifetimeSecs)*time.Second)) {
 					victims = append(victims, victim{sb.ID, "max lifetime reached"})

@@ -111,6 +111,8 @@ type Manager struct {
 	log         *slog.Logger
 	metrics     *Metrics
 	now         func() time.Time
+	// node is this daemon's node id in a cluster ("" alone; nodes.go).
+	node string
 
 	mu    sync.Mutex
 	live  map[string]*live // running sandboxes by id
@@ -140,6 +142,7 @@ type live struct {
 	nextSuspend    time.Time
 	suspendBackoff time.Duration
 	pooled         bool // ready in a warm pool: never idle-reaped
+	memoryMB       int64
 	mu             sync.Mutex
 	inflight       int
 	lastActive     time.Time
@@ -392,7 +395,7 @@ func (m *Manager) create(ctx context.Context, req *api.CreateSandboxRequest, ver
 	now := m.now().UTC()
 	sb := &store.Sandbox{
 		ID: id, Name: req.Name, State: api.StateCreating, Image: imgName, SnapshotID: snapID,
-		Spec: spec, CreatedAt: now, LastActiveAt: now,
+		Spec: spec, CreatedAt: now, LastActiveAt: now, Node: m.node,
 	}
 	if err := m.store.Create(ctx, sb); err != nil {
 		return nil, err
@@ -481,7 +484,7 @@ func (m *Manager) track(sb *store.Sandbox, info *runtime.Info) *live {
 		id: sb.ID, name: sb.Name, tenant: sb.Tenant, keepOnIdle: sb.Spec.SuspendOnIdle, info: info, gate: newGate(),
 		agent:      agent.NewClient(runtime.SocketPath(info)),
 		timeout:    time.Duration(sb.Spec.TimeoutSecs) * time.Second,
-		lastActive: sb.LastActiveAt, persistedAt: sb.LastActiveAt,
+		lastActive: sb.LastActiveAt, persistedAt: sb.LastActiveAt, memoryMB: sb.Spec.MemoryMB,
 	}
 	if sb.Spec.MaxLifetimeSecs > 0 {
 		l.deadline = sb.CreatedAt.Add(time.Duration(sb.Spec.MaxLifetimeSecs) * time.Second)
@@ -572,6 +575,9 @@ func (m *Manager) view(sb *store.Sandbox) *api.Sandbox {
 		AutoResume: !sb.Spec.NoAutoResume, SuspendOnIdle: sb.Spec.SuspendOnIdle,
 		CreatedAt: sb.CreatedAt, LastActiveAt: sb.LastActiveAt, TerminatedAt: sb.TerminatedAt,
 	}
+	if m.node != "" {
+		v.Node = sb.Node
+	}
 	m.mu.Lock()
 	l := m.live[sb.ID]
 	m.mu.Unlock()
@@ -649,6 +655,11 @@ func (m *Manager) terminate(ctx context.Context, id, reason string, o lockOpts) 
 	if sb.State == api.StateTerminated { // by another call while this one waited
 		return m.view(sb), nil
 	}
+	// Another node's sandbox: only what holds no processes there (a
+	// suspended, lost or failed one) can be ended here.
+	if m.elsewhere(sb) && sb.State != api.StateSuspended && sb.State != api.StateLost && sb.State != api.StateError {
+		return nil, errElsewhere(sb)
+	}
 	if err := hookPoint(ctx, "delete:locked", id, sb.Name); err != nil {
 		return nil, err
 	}
@@ -716,6 +727,9 @@ func (m *Manager) acquireOnce(ctx context.Context, ref string) (*live, func(), e
 		sb, err := m.store.Get(ctx, ref)
 		if err != nil {
 			return nil, nil, err
+		}
+		if m.elsewhere(sb) {
+			return nil, nil, errElsewhere(sb)
 		}
 		if sb.State == api.StateSuspended || sb.State == api.StateResuming || sb.State == api.StateSuspending {
 			if err := m.resumeFor(ctx, sb); err != nil {

@@ -83,7 +83,7 @@ func (c *usageCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	m.mu.Unlock()
 	ch <- prometheus.MustNewConstMetric(descLive, prometheus.GaugeValue, float64(len(ls)))
-	if all, err := m.store.List(context.Background(), store.ListFilter{}); err == nil {
+	if all, err := m.store.List(context.Background(), store.ListFilter{Node: m.node}); err == nil {
 		counts := map[string]int{}
 		for _, sb := range all {
 			if sb.State == api.StateTerminated {

@@ -286,6 +286,11 @@ func (m *Manager) claim(ctx context.Context, id string, req *api.CreateSandboxRe
 		if s.State != api.StateRunning {
 			return fmt.Errorf("pool sandbox %s is %s", id, s.State)
 		}
+		// The row is locked: a sandbox is handed out once, whatever
+		// else (another node, a delete of the pool) reaches for it.
+		if s.Spec.Labels[PoolReadyLabel] != "true" {
+			return fmt.Errorf("pool sandbox %s was handed out already", id)
+		}
 		s.Name = req.Name
 		s.Spec.Labels = spec.Labels
 		s.Spec.TimeoutSecs = spec.TimeoutSecs
@@ -319,7 +324,7 @@ func (m *Manager) loadPools(ctx context.Context) error {
 	}
 	for _, rec := range recs {
 		p := &pool{rec: *rec}
-		list, err := m.store.List(ctx, store.ListFilter{Tenant: rec.Tenant, State: api.StateRunning, Labels: map[string]string{PoolLabel: rec.Name, PoolReadyLabel: "true"}})
+		list, err := m.store.List(ctx, store.ListFilter{Tenant: rec.Tenant, State: api.StateRunning, Node: m.node, Labels: map[string]string{PoolLabel: rec.Name, PoolReadyLabel: "true"}})
 		if err != nil {
 			return err
 		}

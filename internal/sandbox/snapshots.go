@@ -131,7 +131,7 @@ func (m *Manager) Checkpoint(ctx context.Context, ref string, req *api.Checkpoin
 	if err := hookPoint(ctx, "checkpoint:captured", sb.ID, sb.Name); err != nil {
 		return nil, opErr(ctx, err)
 	}
-	size, sum, err := p.Commit()
+	size, sum, err := p.CommitContext(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("commit snapshot: %w", err)
 	}
@@ -178,7 +178,7 @@ func (m *Manager) checkpointSuspended(ctx context.Context, sb *store.Sandbox, ty
 		keep = func(rel string) bool { return rel == fsArchive }
 	}
 	id := newID("snap_")
-	size, sum, err := m.snaps.Clone(src.ID, src.Checksum, id, keep)
+	size, sum, err := m.snaps.CloneContext(ctx, src.ID, src.Checksum, id, keep)
 	if err != nil {
 		return nil, opErr(ctx, err)
 	}
@@ -372,6 +372,13 @@ func (m *Manager) restoreSource(ctx context.Context, req *api.CreateSandboxReque
 	}
 	out.MaxLifetimeSecs = spec.MaxLifetimeSecs
 	out.UIDBase = sn.Spec.UIDBase
+	// Verified first: with snapshots in object storage, that is also what
+	// brings them to this node.
+	if !verified {
+		if err := m.snaps.VerifyContext(ctx, sn.ID, sn.Checksum); err != nil {
+			return nil, spec, err
+		}
+	}
 	if sn.Type == api.SnapshotFilesystem {
 		st, err := os.Stat(filepath.Join(m.snaps.Path(sn.ID), fsArchive))
 		if err != nil {
@@ -381,11 +388,6 @@ func (m *Manager) restoreSource(ctx context.Context, req *api.CreateSandboxReque
 		need := st.Size() + 8<<20
 		if out.DiskMB<<20 < need {
 			return nil, spec, errdefs.InvalidArgument("disk_mb: %d is smaller than the snapshot's files (%d MB)", out.DiskMB, (need+(1<<20)-1)>>20)
-		}
-	}
-	if !verified {
-		if err := m.snaps.Verify(sn.ID, sn.Checksum); err != nil {
-			return nil, spec, err
 		}
 	}
 	return sn, out, nil
@@ -461,7 +463,7 @@ func (m *Manager) Fork(ctx context.Context, ref string, req *api.ForkRequest) (*
 	if err != nil {
 		return nil, fmt.Errorf("fork: %w", err)
 	}
-	if err := m.snaps.Verify(rec.ID, rec.Checksum); err != nil {
+	if err := m.snaps.VerifyContext(ctx, rec.ID, rec.Checksum); err != nil {
 		return nil, fmt.Errorf("fork: %w", err)
 	}
 	res := &api.ForkResult{Snapshot: *sn, Sandboxes: make([]api.Sandbox, req.Count)}

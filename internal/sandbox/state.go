@@ -9,14 +9,18 @@ import (
 //
 //	creating → running ⇄ (suspending → suspended → resuming) → terminated
 //
-// plus error (with a reason) from any live state. terminated is final.
+// plus error (with a reason) from any live state, and, in a cluster, lost
+// from any state that holds processes when their node stops answering
+// (Manager.NodeLost; with --on-node-lost=resume one with a suspend image
+// becomes suspended instead). terminated is final.
 var transitions = map[string][]string{
-	api.StateCreating:   {api.StateRunning, api.StateError, api.StateTerminated},
-	api.StateRunning:    {api.StateSuspending, api.StateTerminated, api.StateError},
-	api.StateSuspending: {api.StateSuspended, api.StateRunning, api.StateError, api.StateTerminated},
+	api.StateCreating:   {api.StateRunning, api.StateError, api.StateTerminated, api.StateLost},
+	api.StateRunning:    {api.StateSuspending, api.StateTerminated, api.StateError, api.StateLost},
+	api.StateSuspending: {api.StateSuspended, api.StateRunning, api.StateError, api.StateTerminated, api.StateLost},
 	api.StateSuspended:  {api.StateResuming, api.StateTerminated, api.StateError},
-	api.StateResuming:   {api.StateRunning, api.StateSuspended, api.StateError, api.StateTerminated},
+	api.StateResuming:   {api.StateRunning, api.StateSuspended, api.StateError, api.StateTerminated, api.StateLost},
 	api.StateError:      {api.StateTerminated},
+	api.StateLost:       {api.StateTerminated},
 	api.StateTerminated: {},
 }
 

@@ -168,7 +168,7 @@ func (m *Manager) takeSuspendImage(ctx context.Context, l *live, sb *store.Sandb
 	if err != nil {
 		return "", err
 	}
-	size, sum, err := p.Commit()
+	size, sum, err := p.CommitContext(ctx)
 	if err != nil {
 		return "", err
 	}
@@ -197,6 +197,9 @@ func (m *Manager) setState(ctx context.Context, id, to, reason string, fn func(*
 	return m.store.Update(ctx, id, func(s *store.Sandbox) error {
 		if err := checkTransition(s.ID, s.State, to); err != nil {
 			return err
+		}
+		if m.elsewhere(s) { // another node adopted it meanwhile
+			return errElsewhere(s)
 		}
 		s.State, s.StateReason = to, reason
 		if fn != nil {
@@ -229,6 +232,9 @@ func (m *Manager) Resume(ctx context.Context, ref string) (_ *api.Sandbox, err e
 	if sb.State != api.StateSuspended {
 		return nil, errdefs.FailedPrecondition("sandbox %s is %s; only a suspended sandbox can be resumed", sb.ID, sb.State)
 	}
+	if m.elsewhere(sb) {
+		return nil, errElsewhere(sb)
+	}
 	h, problem := m.criuHost()
 	if h == nil {
 		return nil, errdefs.Unavailable("resume needs memory snapshots, unavailable on this host: %s", problem)
@@ -238,7 +244,7 @@ func (m *Manager) Resume(ctx context.Context, ref string) (_ *api.Sandbox, err e
 	if err != nil {
 		return nil, opErr(ctx, fmt.Errorf("suspend image of %s: %w", sb.ID, err))
 	}
-	if err := m.snaps.Verify(snap.ID, snap.Checksum); err != nil {
+	if err := m.snaps.VerifyContext(ctx, snap.ID, snap.Checksum); err != nil {
 		return nil, opErr(ctx, err)
 	}
 	img, err := m.images.Get(ctx, sb.Image)
