@@ -87,6 +87,8 @@ var documented = map[string]reflect.Type{
 	"QuotaExceeded":    reflect.TypeFor[api.QuotaExceeded](),
 	"AuditEntry":       reflect.TypeFor[api.AuditEntry](),
 	"AuditList":        reflect.TypeFor[api.AuditList](),
+	"Node":             reflect.TypeFor[api.Node](),
+	"NodeList":         reflect.TypeFor[api.NodeList](),
 }
 
 // requestBodies are decoded strictly by the daemon, so their schemas must
@@ -364,7 +366,7 @@ func TestOpenAPIPaths(t *testing.T) {
 		"POST /v1/files", "GET /v1/files/{id}",
 		"POST /v1/keys", "GET /v1/keys", "DELETE /v1/keys/{id}",
 		"GET /v1/tenants", "GET /v1/tenants/{tenant}", "PUT /v1/tenants/{tenant}",
-		"GET /v1/usage", "GET /v1/audit",
+		"GET /v1/usage", "GET /v1/audit", "GET /v1/nodes",
 		"GET /healthz", "GET /metrics", "GET /v1/openapi.json",
 	} {
 		method, p, _ := strings.Cut(want, " ")
@@ -622,6 +624,7 @@ func TestOpenAPIAccess(t *testing.T) {
 		"PUT /v1/tenants/{tenant}":                {"200", "400", "401", "403"},
 		"GET /v1/usage":                           {"200", "400", "401", "403"},
 		"GET /v1/audit":                           {"200", "400", "401", "403"},
+		"GET /v1/nodes":                           {"200", "401"},
 		"POST /v1/sandboxes":                      {"429"},
 		"POST /v1/pools":                          {"429"},
 		"POST /v1/images":                         {"429"},
@@ -649,6 +652,7 @@ func TestOpenAPIAccess(t *testing.T) {
 		{"/v1/tenants/{tenant}", "put/requestBody/content/application~1json/schema/properties/quotas", "Quotas"},
 		{"/v1/usage", "get/responses/200", "TenantUsage"},
 		{"/v1/audit", "get/responses/200", "AuditList"},
+		{"/v1/nodes", "get/responses/200", "NodeList"},
 	} {
 		ref := "#/paths/" + esc(c.path) + "/" + c.at + "/content/application~1json/schema/$ref"
 		if strings.Contains(c.at, "/properties/") {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/forkbox/forkbox/internal/agent"
+	"github.com/forkbox/forkbox/internal/cluster"
 	"github.com/forkbox/forkbox/internal/daemon"
 	"github.com/forkbox/forkbox/internal/image"
 	"github.com/forkbox/forkbox/internal/sandbox"
@@ -103,6 +104,46 @@ func addServeFlags(cmd *cobra.Command, cfg *daemon.Config, debug *bool) {
 		"what stopping the daemon does with running sandboxes: suspend (named sessions to disk, the others terminated; nothing lost, nothing left running), keep (all keep running for the next start to adopt: restarts and upgrades under a service manager), terminate (env FORKBOX_ON_EXIT)")
 	cmd.Flags().DurationVar(&cfg.LockWait, "lock-wait", lockWait,
 		"longest a call waits for a sandbox that another operation (a suspend, resume, checkpoint, create) holds before it answers 409 busy (env FORKBOX_LOCK_WAIT)")
+	addClusterFlags(cmd, cfg)
+}
+
+// addClusterFlags adds the flags of the shared stores and of a node of a
+// cluster (docs/ARCHITECTURE.md, "Many nodes").
+func addClusterFlags(cmd *cobra.Command, cfg *daemon.Config) {
+	f := cmd.Flags()
+	f.StringVar(&cfg.Store, "store", os.Getenv("FORKBOX_STORE"),
+		"metadata store: empty for SQLite in the data dir, or postgres://user:password@host:5432/db?sslmode=… for a PostgreSQL that several daemons share as nodes of one cluster (env FORKBOX_STORE)")
+	f.StringVar(&cfg.Blobs, "blobs", os.Getenv("FORKBOX_BLOBS"),
+		"where snapshots and suspend images live: empty for the data dir, or s3://bucket/prefix?endpoint=host:port&secure=false&region=… for S3-compatible object storage; credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY or the URL (env FORKBOX_BLOBS)")
+	f.Int64Var(&cfg.BlobCacheMB, "blob-cache-mb", envInt("FORKBOX_BLOB_CACHE_MB", daemon.DefaultBlobCacheMB),
+		"with --blobs, how much of the data dir holds snapshots as a local cache, in MiB (env FORKBOX_BLOB_CACHE_MB)")
+	gcGrace := daemon.DefaultBlobGCGrace
+	if v, err := time.ParseDuration(os.Getenv("FORKBOX_BLOB_GC_GRACE")); err == nil && v >= 0 {
+		gcGrace = v
+	}
+	f.DurationVar(&cfg.BlobGCGrace, "blob-gc-grace", gcGrace,
+		"with --blobs, how old an object no snapshot record names must be before the collector (at start, then hourly) deletes it (env FORKBOX_BLOB_GC_GRACE)")
+	host, _ := os.Hostname()
+	nodeID := os.Getenv("FORKBOX_NODE_ID")
+	if nodeID == "" {
+		nodeID = host
+	}
+	f.StringVar(&cfg.NodeID, "node-id", nodeID,
+		"with a PostgreSQL --store, this node's id in the cluster (env FORKBOX_NODE_ID)")
+	f.StringVar(&cfg.Advertise, "advertise", os.Getenv("FORKBOX_ADVERTISE"),
+		"with a PostgreSQL --store, the URL other nodes reach this one's API at (default http://<--listen>, when that is not a wildcard address; env FORKBOX_ADVERTISE)")
+	timeout := cluster.DefaultTimeout
+	if v, err := time.ParseDuration(os.Getenv("FORKBOX_NODE_TIMEOUT")); err == nil && v > 0 {
+		timeout = v
+	}
+	f.DurationVar(&cfg.NodeTimeout, "node-timeout", timeout,
+		"a node whose last heartbeat is older is down: its suspended sessions resume on other nodes, its running sandboxes are lost (env FORKBOX_NODE_TIMEOUT)")
+	onLost := os.Getenv("FORKBOX_ON_NODE_LOST")
+	if onLost == "" {
+		onLost = cluster.OnLostReport
+	}
+	f.StringVar(&cfg.OnNodeLost, "on-node-lost", onLost,
+		"what becomes of a down node's running sandboxes: report (state lost) or resume (from their last suspend image, without what changed since; lost when they have none) (env FORKBOX_ON_NODE_LOST)")
 }
 
 // addImageBoundFlags adds the flags that bound image imports and builds

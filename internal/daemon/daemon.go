@@ -13,12 +13,14 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/forkbox/forkbox/internal/analyst"
 	"github.com/forkbox/forkbox/internal/build"
 	"github.com/forkbox/forkbox/internal/chat"
+	"github.com/forkbox/forkbox/internal/cluster"
 	"github.com/forkbox/forkbox/internal/criu"
 	"github.com/forkbox/forkbox/internal/httpapi"
 	"github.com/forkbox/forkbox/internal/image"
@@ -65,7 +67,35 @@ type Config struct {
 	// DNSUpstreams are the servers (host[:port]) that sandboxes' resolvers
 	// ask (default: the host's resolv.conf nameservers).
 	DNSUpstreams []string
-	Logger       *slog.Logger
+	// Store is the metadata store's DSN: "" for SQLite in DataDir, or a
+	// postgres:// URL; a PostgreSQL store makes the daemon node NodeID of
+	// the cluster of daemons that share it.
+	Store string
+	// Blobs is where snapshots live: "" for DataDir, or an s3:// URL;
+	// then BlobCacheMB of DataDir caches them and objects no record names
+	// are collected once older than BlobGCGrace.
+	Blobs       string
+	BlobCacheMB int64
+	BlobGCGrace time.Duration
+	// NodeID, Advertise, NodeTimeout and OnNodeLost configure the node
+	// (package cluster); Advertise defaults to http://Listen.
+	NodeID      string
+	Advertise   string
+	NodeTimeout time.Duration
+	OnNodeLost  string
+	Logger      *slog.Logger
+}
+
+// Defaults of the blob store's settings.
+const (
+	DefaultBlobCacheMB = 10240
+	DefaultBlobGCGrace = time.Hour
+)
+
+// clustered reports whether the daemon is a node of a cluster: its store is
+// one that several daemons share.
+func (c *Config) clustered() bool {
+	return strings.HasPrefix(c.Store, "postgres://") || strings.HasPrefix(c.Store, "postgresql://")
 }
 
 // DefaultDataDir is ~/.local/share/forkbox (or $XDG_DATA_HOME/forkbox).
@@ -129,6 +159,29 @@ func (c *Config) Validate() error {
 	if err := sandbox.ValidOnExit(c.OnExit); err != nil {
 		return err
 	}
+	if c.clustered() {
+		if c.NodeID == "" {
+			return errors.New("--node-id is empty: a daemon with a shared --store is a node of a cluster and needs an id")
+		}
+		if c.Advertise == "" {
+			if host == "" || host == "0.0.0.0" || host == "::" {
+				return fmt.Errorf("--advertise is needed: --listen %s does not say which address other nodes reach this one at", c.Listen)
+			}
+			c.Advertise = "http://" + c.Listen
+		}
+		if c.OnNodeLost == "" {
+			c.OnNodeLost = cluster.OnLostReport
+		}
+		if err := cluster.ValidOnLost(c.OnNodeLost); err != nil {
+			return err
+		}
+		if c.Blobs == "" {
+			return errors.New("--blobs is needed with a shared --store: the nodes of a cluster keep snapshots and suspend images in one S3 bucket, so that any node can resume any session")
+		}
+	}
+	if c.BlobCacheMB < 0 {
+		return fmt.Errorf("--blob-cache-mb %d: want 0 or more", c.BlobCacheMB)
+	}
 	return nil
 }
 
@@ -144,12 +197,16 @@ func isLoopback(host string) bool {
 type Daemon struct {
 	cfg   Config
 	log   *slog.Logger
-	store *store.SQLite
-	api   *httpapi.Server
-	mgr   *sandbox.Manager
-	rt    *runtime.Runtime
-	http  *http.Server
-	ln    net.Listener
+	store store.Backend
+	node  *cluster.Node
+	snaps *snapshot.Store
+	// blobsOn: snapshots live in object storage (--blobs).
+	blobsOn bool
+	api     *httpapi.Server
+	mgr     *sandbox.Manager
+	rt      *runtime.Runtime
+	http    *http.Server
+	ln      net.Listener
 
 	// bgCtx ends background work (the default image's build) at Close.
 	bgCtx    context.Context
@@ -183,7 +240,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o711); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
-	if d.store, err = store.OpenSQLite(ctx, filepath.Join(cfg.DataDir, "forkbox.db")); err != nil {
+	if d.store, err = store.Open(ctx, cfg.Store, cfg.DataDir); err != nil {
 		return nil, err
 	}
 	images, err := image.Open(cfg.imagesDir())
@@ -240,7 +297,13 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := d.openBlobs(ctx, snaps); err != nil {
+		return nil, err
+	}
 	mgr = sandbox.New(d.store, rt, images, snaps, defaults, log)
+	if cfg.clustered() {
+		mgr.SetNode(cfg.NodeID)
+	}
 	mgr.SetLockWait(cfg.LockWait)
 	mgr.SetQuotaSource(d.store)
 	mgr.SetCellStore(d.store)
@@ -265,6 +328,16 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		return nil, fmt.Errorf("reconcile sandboxes: %w", err)
 	}
 	d.mgr = mgr
+	if cfg.clustered() {
+		if d.node, err = cluster.New(cluster.Config{NodeID: cfg.NodeID, Advertise: cfg.Advertise, Timeout: cfg.NodeTimeout,
+			OnLost: cfg.OnNodeLost, Logger: log}, d.store, mgr); err != nil {
+			return nil, err
+		}
+		if err := d.node.Start(ctx); err != nil {
+			return nil, err
+		}
+	}
+	d.startBlobGC()
 	// The default image: built once (forkbox prepare), then every start
 	// only checks that the recipe's layers are all cached.
 	d.bg.Add(1)
@@ -287,8 +360,12 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, err
 	}
-	api, err := httpapi.New(httpapi.Config{APIKey: cfg.APIKey, Access: d.store, Chat: chatSvc, Logger: log, PortsDomain: cfg.PortsDomain,
-		MaxImageArchiveBytes: images.Bounds().ArchiveBytes}, mgr)
+	hcfg := httpapi.Config{APIKey: cfg.APIKey, Access: d.store, Chat: chatSvc, Logger: log, PortsDomain: cfg.PortsDomain,
+		MaxImageArchiveBytes: images.Bounds().ArchiveBytes}
+	if d.node != nil {
+		hcfg.Cluster = d.node
+	}
+	api, err := httpapi.New(hcfg, mgr)
 	if err != nil {
 		return nil, err
 	}
@@ -328,6 +405,9 @@ func (d *Daemon) Serve(ctx context.Context) error {
 func (d *Daemon) Close() {
 	d.bgCancel()
 	d.bg.Wait()
+	if d.node != nil {
+		d.node.Close()
+	}
 	if d.mgr != nil {
 		d.mgr.Close()
 	}

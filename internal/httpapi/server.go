@@ -65,7 +65,19 @@ type Config struct {
 	// <port>-<sandbox>.<PortsDomain> to that port of that sandbox (see
 	// ports.go), for apps that need to be served at "/".
 	PortsDomain string
-	Logger      *slog.Logger
+	// Cluster, when the daemon is a node of a cluster, forwards calls for
+	// other nodes' sandboxes there and places creates (nil: a single
+	// daemon).
+	Cluster Cluster
+	Logger  *slog.Logger
+}
+
+// Cluster is what the API needs of the daemon's node (package cluster).
+type Cluster interface {
+	// Route forwards r to the node it belongs to and reports whether it
+	// did; an error is the answer to r.
+	Route(w http.ResponseWriter, r *http.Request) (bool, error)
+	Nodes(ctx context.Context) ([]api.Node, error)
 }
 
 // Server is the HTTP API.
@@ -146,6 +158,7 @@ func (s *Server) routes() {
 	h("PUT /v1/tenants/{tenant}", s.setTenant)
 	h("GET /v1/usage", s.usage)
 	h("GET /v1/audit", s.listAudit)
+	h("GET /v1/nodes", s.listNodes)
 	h("POST /v1/sandboxes", s.createSandbox)
 	h("GET /v1/sandboxes", s.listSandboxes)
 	h("GET /v1/sandboxes/{sandbox}", s.getSandbox)
@@ -213,6 +226,21 @@ func (s *Server) routes() {
 	})
 }
 
+// listNodes answers GET /v1/nodes: the cluster's nodes (none on a single
+// daemon).
+func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) error {
+	out := api.NodeList{Nodes: []api.Node{}}
+	if s.cfg.Cluster != nil {
+		list, err := s.cfg.Cluster.Nodes(r.Context())
+		if err != nil {
+			return err
+		}
+		out.Nodes = list
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
 // health answers GET /healthz: the daemon is up (always 200 "ok"), with
 // whether its own images are built yet and whether the chat has a model.
 func (s *Server) health(w http.ResponseWriter, r *http.Request) error {
@@ -258,6 +286,18 @@ func (s *Server) Handler() http.Handler {
 					return
 				}
 				r = r.WithContext(tenant.With(r.Context(), p))
+			}
+			if s.cfg.Cluster != nil {
+				handled, err := s.cfg.Cluster.Route(w, r)
+				if err != nil {
+					writeError(w, err)
+					s.requests.WithLabelValues("cluster", strconv.Itoa(errStatus(err))).Inc()
+					return
+				}
+				if handled {
+					s.requests.WithLabelValues("forwarded", "").Inc()
+					return
+				}
 			}
 			s.mux.ServeHTTP(w, r)
 		}))
