@@ -96,10 +96,13 @@ type daemon struct {
 	// defaultOnExit: no --on-exit flag (the daemon's default policy);
 	// otherwise --on-exit=keep unless args has one.
 	defaultOnExit bool
-	cmd           *exec.Cmd
-	log           *os.File
-	c             *client.Client
-	exited        chan struct{}
+	// netns, when set, runs the daemon in that network namespace (a name
+	// under /run/netns), as if on a host of its own.
+	netns  string
+	cmd    *exec.Cmd
+	log    *os.File
+	c      *client.Client
+	exited chan struct{}
 }
 
 func freePort() (string, error) {
@@ -138,6 +141,12 @@ func (d *daemon) start() error {
 		args = append(args, "--on-exit=keep")
 	}
 	d.cmd = exec.Command(binary, append(args, d.args...)...)
+	if d.netns != "" {
+		// nsenter enters the network namespace only (ip netns exec would
+		// also give the daemon a mount namespace of its own, which a
+		// restarted daemon could not see its sandboxes' mounts in).
+		d.cmd = exec.Command("nsenter", append([]string{"--net=/run/netns/" + d.netns, "--", binary}, append(args, d.args...)...)...)
+	}
 	d.cmd.Env = append(os.Environ(), d.env...)
 	d.cmd.Stdout, d.cmd.Stderr = logf, logf
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

@@ -1,0 +1,489 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/forkbox/forkbox/api"
+	"github.com/forkbox/forkbox/client"
+	"github.com/forkbox/forkbox/internal/blob"
+	"github.com/forkbox/forkbox/internal/blob/miniotest"
+	"github.com/forkbox/forkbox/internal/errdefs"
+	"github.com/forkbox/forkbox/internal/store/pgtest"
+)
+
+// testNet is a small network of the test's own: a bridge in the test's
+// network namespace (the "switch", with the shared PostgreSQL and MinIO on
+// its address) and one network namespace per node (its "host"), each with
+// an address of its own on the bridge.
+type testNet struct {
+	bridge  string
+	gateway string // the bridge's address
+	nodes   []string
+	addrs   []string
+}
+
+// newTestNet makes a bridge and n namespaces 10.77.0.2 … and removes them
+// when t ends.
+func newTestNet(t *testing.T, prefix string, n int) *testNet {
+	t.Helper()
+	ip := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	tn := &testNet{bridge: prefix + "br", gateway: "10.77.0.1"}
+	cleanup := func() {
+		for i := 0; i < n; i++ {
+			exec.Command("ip", "netns", "del", fmt.Sprintf("%s%d", prefix, i)).Run()
+			exec.Command("ip", "link", "del", fmt.Sprintf("%sv%d", prefix, i)).Run()
+		}
+		exec.Command("ip", "link", "del", tn.bridge).Run()
+	}
+	cleanup() // what an earlier killed run left
+	t.Cleanup(cleanup)
+	ip("link", "add", tn.bridge, "type", "bridge")
+	ip("addr", "add", tn.gateway+"/24", "dev", tn.bridge)
+	ip("link", "set", tn.bridge, "up")
+	for i := 0; i < n; i++ {
+		ns, host, peer := fmt.Sprintf("%s%d", prefix, i), fmt.Sprintf("%sv%d", prefix, i), fmt.Sprintf("%sp%d", prefix, i)
+		addr := fmt.Sprintf("10.77.0.%d", i+2)
+		ip("netns", "add", ns)
+		ip("link", "add", host, "type", "veth", "peer", "name", peer)
+		ip("link", "set", host, "master", tn.bridge, "up")
+		ip("link", "set", peer, "netns", ns)
+		ip("-n", ns, "addr", "add", addr+"/24", "dev", peer)
+		ip("-n", ns, "link", "set", peer, "up")
+		ip("-n", ns, "link", "set", "lo", "up")
+		ip("-n", ns, "route", "add", "default", "via", tn.gateway)
+		tn.nodes = append(tn.nodes, ns)
+		tn.addrs = append(tn.addrs, addr)
+	}
+	return tn
+}
+
+// clusterKey is the admin key every node of the test cluster shares.
+const clusterKey = "cluster-admin-key-0123456789"
+
+// clusterNode starts (or restarts) node i of a cluster.
+func clusterNode(t *testing.T, tn *testNet, i int, dir, dsn, blobs string, extra ...string) *daemon {
+	t.Helper()
+	id := string(rune('a' + i))
+	d := &daemon{dataDir: filepath.Join(dir, "node-"+id), addr: tn.addrs[i] + ":8080", netns: tn.nodes[i],
+		env:  []string{"FORKBOX_API_KEY=" + clusterKey},
+		args: append([]string{"--store", dsn, "--blobs", blobs, "--node-id", id, "--node-timeout", "3s"}, extra...)}
+	if err := d.start(); err != nil {
+		t.Fatalf("start node %s: %v", id, err)
+	}
+	t.Cleanup(func() {
+		select {
+		case <-d.exited:
+		default:
+			d.deleteAll()
+			d.stop()
+		}
+	})
+	return d
+}
+
+// waitNodes waits until d lists want's nodes in their states.
+func waitNodes(t *testing.T, d *daemon, want map[string]string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	var last []api.Node
+	for time.Now().Before(deadline) {
+		list, err := d.c.Nodes(ctxT(t))
+		if err == nil {
+			last = list.Nodes
+			ok := len(last) >= len(want)
+			for _, n := range last {
+				if s, named := want[n.ID]; named && s != n.State {
+					ok = false
+				}
+			}
+			if ok {
+				return
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("nodes never became %v; last seen %+v", want, last)
+}
+
+func runPy(t *testing.T, d *daemon, sb, code string) string {
+	t.Helper()
+	ex, err := d.c.RunCode(ctxT(t), sb, api.RunCodeRequest{Code: code})
+	if err != nil {
+		t.Fatalf("run %q in %s through %s: %v", code, sb, d.addr, err)
+	}
+	if ex.Error != nil {
+		t.Fatalf("run %q in %s: %s: %s", code, sb, ex.Error.Name, ex.Error.Value)
+	}
+	for _, r := range ex.Results {
+		if v, ok := r["text"].(string); ok {
+			return v
+		}
+	}
+	return strings.TrimSpace(strings.Join(ex.Logs.Stdout, ""))
+}
+
+// TestCluster runs three nodes, each in a network namespace of its own with
+// its own address, sharing one PostgreSQL and one MinIO bucket: any node
+// serves any sandbox; a suspended session of a node that dies resumes on
+// another with its variables and files; its running sandboxes are reported
+// lost; pools hand each sandbox out once; tenants stay apart on every node;
+// a restarted node adopts its running sandboxes; and no sandbox reaches the
+// shared stores.
+func TestCluster(t *testing.T) {
+	needRoot(t)
+	tn := newTestNet(t, "fbc", 3)
+	pg := pgtest.Start(t, pgtest.Listen("127.0.0.1,"+tn.gateway))
+	u, err := url.Parse(pg.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dsn := pg.DSNFor(tn.gateway, strings.TrimPrefix(u.Path, "/"))
+	s3 := miniotest.Start(t, tn.gateway)
+	blobs := s3.URLWithPrefix("cluster")
+	dir := t.TempDir()
+	a := clusterNode(t, tn, 0, dir, dsn, blobs)
+	b := clusterNode(t, tn, 1, dir, dsn, blobs)
+	c := clusterNode(t, tn, 2, dir, dsn, blobs)
+	waitNodes(t, c, map[string]string{"a": api.NodeUp, "b": api.NodeUp, "c": api.NodeUp})
+	ctx := ctxT(t)
+
+	// Created on A through B's API; code and files through B.
+	sess, err := b.c.CreateSandbox(ctx, api.CreateSandboxRequest{Name: "sess", Node: "a"})
+	if err != nil {
+		t.Fatalf("create on a through b: %v", err)
+	}
+	if sess.Node != "a" {
+		t.Fatalf("created on node %q, want a", sess.Node)
+	}
+	if got := runPy(t, b, sess.ID, "x = 21\nx * 2"); got != "42" {
+		t.Fatalf("x * 2 through b = %q", got)
+	}
+	if _, err := b.c.WriteFile(ctx, sess.ID, "/workspace/notes.txt", strings.NewReader("kept across nodes\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Listed from C, with its node.
+	list, err := c.c.ListSandboxes(ctx, client.ListOptions{Name: "sess"})
+	if err != nil || len(list.Sandboxes) != 1 || list.Sandboxes[0].Node != "a" {
+		t.Fatalf("list from c: %+v, %v", list, err)
+	}
+	// A sandbox left running on A, to be lost with it.
+	doomed, err := c.c.CreateSandbox(ctx, api.CreateSandboxRequest{Node: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Suspended on A (through C), then A dies.
+	if sb, err := c.c.Suspend(ctx, "sess"); err != nil || sb.State != api.StateSuspended {
+		t.Fatalf("suspend through c: %+v, %v", sb, err)
+	}
+	a.kill9()
+	// The host is gone: so is its data dir (its claims on user namespace
+	// id ranges with it; on real hosts they are per host anyway).
+	if err := os.Rename(a.dataDir, a.dataDir+".gone"); err != nil {
+		t.Fatal(err)
+	}
+	waitNodes(t, c, map[string]string{"a": api.NodeDown, "b": api.NodeUp, "c": api.NodeUp})
+
+	// A call through C resumes it on C, variables and files intact.
+	if got := runPy(t, c, "sess", "x"); got != "21" {
+		t.Fatalf("x after the node died = %q, want 21", got)
+	}
+	sb, err := c.c.GetSandbox(ctx, "sess")
+	if err != nil || sb.State != api.StateRunning || (sb.Node != "b" && sb.Node != "c") {
+		t.Fatalf("after resume elsewhere: %+v, %v", sb, err)
+	}
+	if got, err := b.c.ReadFile(ctx, "sess", "/workspace/notes.txt"); err != nil || string(got) != "kept across nodes\n" {
+		t.Fatalf("file after the move, read through b: %q, %v", got, err)
+	}
+	// The running one is reported lost, never silently gone.
+	lost, err := b.c.GetSandbox(ctx, doomed.ID)
+	if err != nil || lost.State != api.StateLost || !strings.Contains(lost.StateReason, "node a") {
+		t.Fatalf("sandbox running on the dead node: %+v, %v", lost, err)
+	}
+	if _, err := b.c.Exec(ctx, doomed.ID, api.ExecRequest{Cmd: "true"}); err == nil {
+		t.Fatal("exec in a lost sandbox succeeded")
+	}
+
+	// The host comes back (here its sandbox's processes outlived its
+	// daemon, as in a network partition): its node frees what the lost
+	// sandbox held and leaves the session that moved on alone.
+	if err := os.Rename(a.dataDir+".gone", a.dataDir); err != nil {
+		t.Fatal(err)
+	}
+	a = clusterNode(t, tn, 0, dir, dsn, blobs)
+	waitNodes(t, c, map[string]string{"a": api.NodeUp})
+	if sb, err := a.c.GetSandbox(ctx, doomed.ID); err != nil || sb.State != api.StateLost {
+		t.Fatalf("the lost sandbox after its node came back: %+v, %v", sb, err)
+	}
+	assertNoLeaks(t, a, doomed.ID)
+	if sb, err := a.c.DeleteSandbox(ctx, doomed.ID); err != nil || sb.State != api.StateTerminated {
+		t.Fatalf("delete a lost sandbox: %+v, %v", sb, err)
+	}
+	if got := runPy(t, a, "sess", "x + 1"); got != "22" {
+		t.Fatalf("the moved session through the node that came back: %q", got)
+	}
+
+	t.Run("pool claims race", func(t *testing.T) {
+		ctx := ctxT(t)
+		if _, err := b.c.CreatePool(ctx, api.CreatePoolRequest{Name: "warm", Image: "python", Size: 2}); err != nil {
+			t.Fatal(err)
+		}
+		defer b.c.DeletePool(context.Background(), "warm")
+		// Both live nodes fill it (pools are per node).
+		for _, d := range []*daemon{b, c} {
+			deadline := time.Now().Add(90 * time.Second)
+			for {
+				pl, err := d.c.ListPools(ctx)
+				if err == nil && len(pl.Pools) == 1 && pl.Pools[0].Ready == 2 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("pool never ready on %s: %+v, %v", d.addr, pl, err)
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+		}
+		var mu sync.Mutex
+		got := map[string]int{}
+		var wg sync.WaitGroup
+		errs := make(chan error, 8)
+		for i := 0; i < 8; i++ {
+			d := []*daemon{b, c}[i%2]
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				sb, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{Pool: "warm"})
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				got[sb.ID]++
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Errorf("create from the pool: %v", err)
+		}
+		if len(got) != 8 {
+			t.Fatalf("8 creates from the pool got %d distinct sandboxes: %v", len(got), got)
+		}
+		for id := range got {
+			if out := run(t, b, id, "echo", "mine"); strings.TrimSpace(out.Stdout) != "mine" {
+				t.Fatalf("pool sandbox %s: %+v", id, out)
+			}
+			b.c.DeleteSandbox(ctx, id)
+		}
+	})
+
+	t.Run("tenants apart on every node", func(t *testing.T) {
+		ctx := ctxT(t)
+		acme, err := b.c.CreateKey(ctx, api.CreateKeyRequest{Tenant: "acme"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		zed, err := c.c.CreateKey(ctx, api.CreateKeyRequest{Tenant: "zed"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		as := func(d *daemon, key string) *client.Client {
+			return client.New("http://"+d.addr, client.WithAPIKey(key))
+		}
+		sb, err := as(c, acme.Secret).CreateSandbox(ctx, api.CreateSandboxRequest{Node: "b"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range []*daemon{b, c} {
+			if _, err := as(d, acme.Secret).Exec(ctx, sb.ID, api.ExecRequest{Cmd: "true"}); err != nil {
+				t.Fatalf("acme's own sandbox through %s: %v", d.addr, err)
+			}
+			if _, err := as(d, zed.Secret).GetSandbox(ctx, sb.ID); !errors.Is(err, errdefs.ErrNotFound) {
+				t.Fatalf("zed sees acme's sandbox through %s: %v", d.addr, err)
+			}
+			if _, err := as(d, zed.Secret).Exec(ctx, sb.ID, api.ExecRequest{Cmd: "true"}); !errors.Is(err, errdefs.ErrNotFound) {
+				t.Fatalf("zed runs in acme's sandbox through %s: %v", d.addr, err)
+			}
+			l, err := as(d, zed.Secret).ListSandboxes(ctx, client.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, x := range l.Sandboxes {
+				if x.ID == sb.ID {
+					t.Fatalf("zed lists acme's sandbox through %s", d.addr)
+				}
+			}
+			if _, err := client.New("http://"+d.addr).GetSandbox(ctx, sb.ID); err == nil {
+				t.Fatalf("no key reached a sandbox through %s", d.addr)
+			}
+		}
+		as(b, acme.Secret).DeleteSandbox(ctx, sb.ID)
+	})
+
+	t.Run("sandboxes do not reach the shared stores", func(t *testing.T) {
+		sb := newSandbox(t, b, api.CreateSandboxRequest{Node: "b", AllowInternetAccess: true})
+		for _, target := range []string{fmt.Sprintf("%s:%d", tn.gateway, pg.Port), s3.Endpoint} {
+			host, port, _ := strings.Cut(target, ":")
+			got := runPy(t, b, sb.ID, fmt.Sprintf(`import socket
+try:
+    socket.create_connection((%q, %s), timeout=3).close()
+    print("REACHED")
+except OSError as e:
+    print("blocked:", type(e).__name__)`, host, port))
+			if !strings.HasPrefix(got, "blocked:") {
+				t.Fatalf("a sandbox's connection to %s: %q", target, got)
+			}
+		}
+	})
+
+	t.Run("a restarted node adopts its running sandboxes", func(t *testing.T) {
+		ctx := ctxT(t)
+		keep, err := c.c.CreateSandbox(ctx, api.CreateSandboxRequest{Node: "b"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		runPy(t, c, keep.ID, "y = 'still here'")
+		b.stop() // --on-exit=keep: its sandboxes run on
+		b2 := clusterNode(t, tn, 1, dir, dsn, blobs)
+		if got := runPy(t, c, keep.ID, "y"); got != "'still here'" {
+			t.Fatalf("y after b restarted = %q", got)
+		}
+		if sb, err := b2.c.GetSandbox(ctx, keep.ID); err != nil || sb.Node != "b" || sb.State != api.StateRunning {
+			t.Fatalf("after the restart: %+v, %v", sb, err)
+		}
+		c.c.DeleteSandbox(ctx, keep.ID)
+	})
+}
+
+// TestBlobsCheckpointCrash kills a daemon whose snapshots live in object
+// storage in the middle of a checkpoint's upload: no snapshot is visible
+// afterwards, and the restarted daemon's collector leaves in the bucket only
+// the objects of the snapshots that exist.
+func TestBlobsCheckpointCrash(t *testing.T) {
+	needRoot(t)
+	s3 := miniotest.Start(t, "")
+	blobs := s3.URLWithPrefix("crash")
+	dir := t.TempDir()
+	start := func(env ...string) *daemon {
+		addr, err := freePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := &daemon{dataDir: filepath.Join(dir, "data"), addr: addr, env: env, args: []string{"--blobs", blobs, "--blob-gc-grace", "0s"}}
+		if err := d.start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			select {
+			case <-d.exited:
+			default:
+				d.deleteAll()
+				d.stop()
+			}
+		})
+		return d
+	}
+	d := start()
+	ctx := ctxT(t)
+	sb := newSandbox(t, d, api.CreateSandboxRequest{Name: "crashy"})
+	runPy(t, d, sb.ID, "v = 7")
+	kept, err := d.c.Checkpoint(ctx, sb.ID, api.CheckpointRequest{Type: api.SnapshotMemory, Name: "kept"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.stop()
+
+	d = start("FORKBOX_FAULT=snapshot:uploading")
+	if _, err := d.c.Checkpoint(ctx, sb.ID, api.CheckpointRequest{Type: api.SnapshotMemory, Name: "torn"}); err == nil {
+		t.Fatal("the checkpoint whose upload was cut succeeded")
+	}
+	<-d.exited
+	d = start()
+	list, err := d.c.ListSnapshots(ctx, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range list.Snapshots {
+		if s.Name == "torn" {
+			t.Fatalf("the torn checkpoint is visible: %+v", s)
+		}
+	}
+	// The collector ran at start (grace 0): every object left belongs to
+	// the snapshot that exists.
+	store, err := blob.Open(blobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		stray, err := strayObjects(ctx, store, kept.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(stray) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("objects of the torn checkpoint left after the collector ran: %v", stray)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	// The kept snapshot restores from the bucket alone.
+	os.RemoveAll(filepath.Join(d.dataDir, "snapshots", kept.ID))
+	fork, err := d.c.CreateSandbox(ctx, api.CreateSandboxRequest{SnapshotID: kept.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := runPy(t, d, fork.ID, "v"); got != "7" {
+		t.Fatalf("v in the restore = %q", got)
+	}
+}
+
+// strayObjects lists the bucket's objects that are neither snapshot keep's
+// manifest nor a file it names.
+func strayObjects(ctx context.Context, st *blob.S3, keep string) ([]string, error) {
+	r, err := st.Get(ctx, "snapshots/"+keep+"/manifest.json")
+	if err != nil {
+		return nil, fmt.Errorf("the kept snapshot's manifest: %w", err)
+	}
+	var m struct {
+		Files map[string]string `json:"files"`
+	}
+	err = json.NewDecoder(r).Decode(&m)
+	r.Close()
+	if err != nil {
+		return nil, err
+	}
+	want := map[string]bool{"snapshots/" + keep + "/manifest.json": true}
+	for _, sum := range m.Files {
+		want["blobs/sha256/"+sum] = true
+	}
+	objs, err := st.List(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	var stray []string
+	for _, o := range objs {
+		if !want[o.Key] {
+			stray = append(stray, o.Key)
+		}
+	}
+	return stray, nil
+}
