@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -13,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/forkbox/forkbox/api"
 	"github.com/forkbox/forkbox/client"
@@ -291,6 +294,49 @@ func TestCluster(t *testing.T) {
 				t.Fatalf("pool sandbox %s: %+v", id, out)
 			}
 			b.c.DeleteSandbox(ctx, id)
+		}
+	})
+
+	t.Run("streams, ports and websockets through another node", func(t *testing.T) {
+		ctx := ctxT(t)
+		sb := newSandbox(t, b, api.CreateSandboxRequest{Node: "b"})
+		// Output streams through C as the cell prints it.
+		var chunks []string
+		ex, err := c.c.RunCodeStream(ctx, sb.ID, api.RunCodeRequest{Code: "import time\nfor i in range(3):\n    print('tick', i, flush=True)\n    time.sleep(0.3)"},
+			client.CodeHandlers{OnStdout: func(s string) { chunks = append(chunks, s) }})
+		if err != nil || ex.Error != nil || len(chunks) < 2 || !strings.Contains(strings.Join(chunks, ""), "tick 2") {
+			t.Fatalf("streamed through c: %d chunks %q, %+v, %v", len(chunks), chunks, ex, err)
+		}
+		// A WebSocket to a server in the sandbox, through C's port proxy.
+		if _, err := c.c.WriteFile(ctx, sb.ID, "/workspace/ws.py", strings.NewReader(wsEchoPy), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		sh(t, b, sb.ID, "nohup python3 /workspace/ws.py >/dev/null 2>&1 &")
+		for i := 0; ; i++ {
+			res := sh(t, b, sb.ID, "python3 -c \"import socket; socket.create_connection(('127.0.0.1', 8765), 1).close()\" && echo up")
+			if strings.TrimSpace(res.Stdout) == "up" {
+				break
+			}
+			if i > 50 {
+				t.Fatalf("the server in the sandbox did not come up: %+v", res)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		p, err := c.c.Port(ctx, sb.ID, 8765)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wsURL := "ws://" + c.addr + "/v1/sandboxes/" + sb.ID + "/ports/8765/chat"
+		conn, _, err := websocket.Dial(ctx, wsURL, &websocket.DialOptions{HTTPHeader: http.Header{"X-Forkbox-Token": {p.Token}}})
+		if err != nil {
+			t.Fatalf("websocket through c: %v", err)
+		}
+		defer conn.CloseNow()
+		if err := conn.Write(ctx, websocket.MessageText, []byte("across")); err != nil {
+			t.Fatal(err)
+		}
+		if _, got, err := conn.Read(ctx); err != nil || string(got) != "echo: across" {
+			t.Fatalf("websocket echo through c: %q %v", got, err)
 		}
 	})
 
