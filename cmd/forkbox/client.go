@@ -51,7 +51,7 @@ func addClientFlags(root *cobra.Command) {
 func clientCmds() []*cobra.Command {
 	return []*cobra.Command{createCmd(), lsCmd(), execCmd(), runCmd(), contextsCmd(), contextCmd(), cpCmd(), rmCmd(),
 		suspendCmd(), resumeCmd(), checkpointCmd(), forkCmd(), snapshotsCmd(), snapshotCmd(), poolCmd(), imageCmd(), portCmd(),
-		keyCmd(), tenantCmd(), usageCmd(), auditCmd()}
+		keyCmd(), tenantCmd(), usageCmd(), auditCmd(), nodesCmd()}
 }
 
 // newClient builds a client from the persistent flags.

@@ -165,6 +165,10 @@ func TestCluster(t *testing.T) {
 	c := clusterNode(t, tn, 2, dir, dsn, blobs)
 	waitNodes(t, c, map[string]string{"a": api.NodeUp, "b": api.NodeUp, "c": api.NodeUp})
 	ctx := ctxT(t)
+	out, err := exec.Command(binary, "nodes", "--url", "http://"+c.addr, "--api-key", clusterKey).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "c *") || strings.Count(string(out), " up ") != 3 {
+		t.Fatalf("forkbox nodes: %v\n%s", err, out)
+	}
 
 	// Created on A through B's API; code and files through B.
 	sess, err := b.c.CreateSandbox(ctx, api.CreateSandboxRequest{Name: "sess", Node: "a"})
