@@ -107,7 +107,7 @@ type Node struct {
 	settled map[string]time.Time
 
 	stop chan struct{}
-	done chan struct{}
+	done chan struct{} // made by a successful Start, closed when its loop ends
 }
 
 // ValidOnLost checks an on-node-lost policy.
@@ -147,7 +147,7 @@ func New(cfg Config, st Store, mgr Manager) (*Node, error) {
 		cfg.Logger = slog.Default()
 	}
 	return &Node{cfg: cfg, st: st, mgr: mgr, log: cfg.Logger, self: u, nodes: map[string]*store.Node{},
-		settled: map[string]time.Time{}, stop: make(chan struct{}), done: make(chan struct{})}, nil
+		settled: map[string]time.Time{}, stop: make(chan struct{})}, nil
 }
 
 // ID is this node's id.
@@ -169,6 +169,7 @@ func (n *Node) Start(ctx context.Context) error {
 		return fmt.Errorf("register node %s: %w", n.cfg.NodeID, err)
 	}
 	n.log.Info("node registered", "node", n.cfg.NodeID, "address", n.cfg.Advertise, "timeout", n.cfg.Timeout)
+	n.done = make(chan struct{})
 	go n.loop()
 	return nil
 }
@@ -182,7 +183,9 @@ func (n *Node) Close() {
 	default:
 	}
 	close(n.stop)
-	<-n.done
+	if n.done != nil { // nil: Start failed or never ran, no loop to wait for
+		<-n.done
+	}
 }
 
 func (n *Node) heartbeat(ctx context.Context) error {
