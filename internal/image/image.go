@@ -126,6 +126,8 @@ type Store struct {
 	gcGrace time.Duration
 	// bounds limit imports and builds (SetBounds; zero: DefaultBounds).
 	bounds Bounds
+	// rem shares images through object storage (remote.go).
+	rem remoteState
 }
 
 // Open returns the store at dir, creating the directory if needed and
@@ -161,7 +163,20 @@ var validName = lazyre.New(`^([a-z0-9][a-z0-9-]{0,31}\+)?[a-z0-9][a-z0-9._-]{0,6
 
 // Get returns the image called name. The error wraps errdefs.ErrNotFound
 // when there is none, and errdefs.ErrInvalidArgument for a malformed name.
+// With a remote (SetRemote), an image this store lacks is fetched from it
+// first (remote.go).
 func (s *Store) Get(ctx context.Context, name string) (*Image, error) {
+	img, err := s.getLocal(ctx, name)
+	if errors.Is(err, errdefs.ErrNotFound) && name != HostImage {
+		if r := s.remote(); r != nil {
+			return s.fetch(ctx, r, name, err)
+		}
+	}
+	return img, err
+}
+
+// getLocal is Get without fetching.
+func (s *Store) getLocal(ctx context.Context, name string) (*Image, error) {
 	if !validName.MatchString(name) {
 		return nil, errdefs.InvalidArgument("invalid image name %q: use lowercase letters, digits, '.', '_' and '-'", name)
 	}
@@ -191,7 +206,7 @@ func (s *Store) List(ctx context.Context) ([]*Image, error) {
 		if !e.IsDir() || !validName.MatchString(e.Name()) {
 			continue
 		}
-		img, err := s.Get(ctx, e.Name())
+		img, err := s.getLocal(ctx, e.Name())
 		if errors.Is(err, errdefs.ErrNotFound) {
 			continue
 		}

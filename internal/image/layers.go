@@ -171,7 +171,19 @@ func (s *Store) CommitLayer(ctx context.Context, l *Layer, fill func(dir string)
 // is not called when the image would not change (same layers and defaults),
 // and then the registered image is left as it was and returned in img. The
 // layers that no image uses any more are removed afterwards.
+//
+// With a remote (SetRemote), the image is then uploaded; a failed upload is
+// logged and retried later, never returned (remote.go).
 func (s *Store) Register(ctx context.Context, img *Image, replace func(old *Image) error) error {
+	if err := s.register(ctx, img, replace); err != nil {
+		return err
+	}
+	s.publishAfterRegister(ctx, img)
+	return nil
+}
+
+// register is Register without the upload (a fetch registers with it).
+func (s *Store) register(ctx context.Context, img *Image, replace func(old *Image) error) error {
 	if !validName.MatchString(img.Name) {
 		return errdefs.InvalidArgument("invalid image name %q: use lowercase letters, digits, '.', '_' and '-' (at most 64, starting with a letter or digit)", img.Name)
 	}
@@ -186,7 +198,7 @@ func (s *Store) Register(ctx context.Context, img *Image, replace func(old *Imag
 		}
 	}
 	img.ID = imageID(img)
-	old, err := s.Get(ctx, img.Name)
+	old, err := s.getLocal(ctx, img.Name)
 	switch {
 	case err == nil && old.ID == img.ID:
 		*img = *old
@@ -237,13 +249,21 @@ func (s *Store) Register(ctx context.Context, img *Image, replace func(old *Imag
 // Remove deletes image name. inUse, when not nil, is called under the store's
 // lock and may refuse (an image that sandboxes or snapshots use). Layers no
 // other image uses are removed with it.
+//
+// With a remote, the image's record there is removed first (an image only
+// there is removed from there alone), so that no node fetches it again;
+// its layers stay in the bucket.
 func (s *Store) Remove(ctx context.Context, name string, inUse func(img *Image) error) error {
 	unlock, err := s.lock()
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	img, err := s.Get(ctx, name)
+	img, err := s.getLocal(ctx, name)
+	local := err == nil
+	if errors.Is(err, errdefs.ErrNotFound) && validName.MatchString(name) {
+		img, err = s.remoteOnly(ctx, name)
+	}
 	if err != nil {
 		return err
 	}
@@ -251,6 +271,12 @@ func (s *Store) Remove(ctx context.Context, name string, inUse func(img *Image) 
 		if err := inUse(img); err != nil {
 			return err
 		}
+	}
+	if err := s.unpublish(ctx, name); err != nil {
+		return err
+	}
+	if !local {
+		return nil
 	}
 	// Rename first so that the image disappears at once, then delete.
 	gone, err := os.MkdirTemp(s.dir, tmpPrefix+"rm-")

@@ -41,6 +41,11 @@ type ExtractOptions struct {
 	// that would go over is refused before any of it is written; the
 	// error (errdefs.ErrTooLarge) names the bound.
 	Budget *Budget
+
+	// layerFormat extracts forkbox's own layer tars (layertar.go): every
+	// extended attribute is kept, trusted.overlay.* included. Unexported
+	// on purpose: user archives never get it.
+	layerFormat bool
 }
 
 // ExtractTar unpacks the tar stream r into the existing or new directory dir,

@@ -352,11 +352,11 @@ func (x *extractor) owner(hdr *tar.Header) (int, int) {
 }
 
 // xattrs sets hdr's PAX extended attributes that ExtractTar keeps on the
-// open file fd.
+// open file fd (all of them for forkbox's own layer tars).
 func (x *extractor) xattrs(fd int, name string, hdr *tar.Header) error {
 	for k, v := range hdr.PAXRecords {
 		attr, ok := strings.CutPrefix(k, "SCHILY.xattr.")
-		if !ok || !(strings.HasPrefix(attr, "user.") || attr == "security.capability") {
+		if !ok || !(x.opts.layerFormat || strings.HasPrefix(attr, "user.") || attr == "security.capability") {
 			continue
 		}
 		if err := unix.Fsetxattr(fd, attr, []byte(v), 0); err != nil {
