@@ -8,6 +8,7 @@ import (
 
 	"github.com/forkbox/forkbox/internal/blob"
 	"github.com/forkbox/forkbox/internal/errdefs"
+	"github.com/forkbox/forkbox/internal/image"
 	"github.com/forkbox/forkbox/internal/snapshot"
 	"github.com/forkbox/forkbox/internal/tenant"
 )
@@ -16,7 +17,7 @@ import (
 const blobGCInterval = time.Hour
 
 // openBlobs puts snaps in object storage when the configuration says so.
-func (d *Daemon) openBlobs(ctx context.Context, snaps *snapshot.Store) error {
+func (d *Daemon) openBlobs(ctx context.Context, snaps *snapshot.Store, images *image.Store) error {
 	d.snaps = snaps
 	if d.cfg.Blobs == "" {
 		return nil
@@ -26,6 +27,8 @@ func (d *Daemon) openBlobs(ctx context.Context, snaps *snapshot.Store) error {
 		return fmt.Errorf("--blobs: %w", err)
 	}
 	snaps.SetRemote(b, d.cfg.BlobCacheMB<<20)
+	images.SetLogger(d.log)
+	images.SetRemote(b) // images built or imported here are usable on every node
 	d.blobsOn = true
 	d.log.Info("snapshots in object storage", "blobs", b.Redacted(), "local_cache_mb", d.cfg.BlobCacheMB)
 	return nil

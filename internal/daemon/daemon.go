@@ -297,7 +297,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := d.openBlobs(ctx, snaps); err != nil {
+	if err := d.openBlobs(ctx, snaps, images); err != nil {
 		return nil, err
 	}
 	mgr = sandbox.New(d.store, rt, images, snaps, defaults, log)
