@@ -15,6 +15,10 @@
 // builds (internal/build) and OCI imports (oci.go), plus the host-derived
 // image built by EnsureHostPython: a skeleton root whose /usr is the host's
 // own, bind-mounted read-only when a sandbox starts.
+//
+// The nodes of a cluster share images through object storage (remote.go):
+// with SetRemote, Register uploads and Get fetches what is missing. The host
+// image, and any image made of the host's paths, never leaves its node.
 package image
 
 import (
