@@ -138,6 +138,9 @@ type daemon struct {
 	logPath string
 	cmd     *exec.Cmd
 	exited  chan struct{}
+	// ownsDir: dir is this daemon's to remove (not a restart's).
+	ownsDir bool
+	stopped bool
 }
 
 // startDaemon starts `forkbox serve` on a free loopback port with a fresh
@@ -147,31 +150,59 @@ type daemon struct {
 // create timings, which the create benchmark parses).
 func startDaemon(b *testing.B, debug bool) *daemon {
 	b.Helper()
+	return startDaemonWith(b, daemonOpts{debug: debug})
+}
+
+// daemonOpts vary a benchmark's daemon.
+type daemonOpts struct {
+	debug bool
+	// addr is where it listens (default: a free loopback port).
+	addr string
+	// args are more flags of serve; env more environment (an
+	// FORKBOX_API_KEY=… in it is also the client's key).
+	args, env []string
+	// netns runs it in that network namespace (only: see testnet.Command).
+	netns string
+	// dir reuses a temp root of an earlier daemon (a restart); its data
+	// dir is kept, and removed by the first daemon's cleanup.
+	dir string
+}
+
+func startDaemonWith(b *testing.B, o daemonOpts) *daemon {
+	b.Helper()
 	requireRoot(b)
 	bin := forkboxBinary(b)
 
-	dir, err := os.MkdirTemp("", "forkbox-bench-")
-	if err != nil {
-		b.Fatal(err)
+	dir, owned := o.dir, o.dir == ""
+	if owned {
+		var err error
+		if dir, err = os.MkdirTemp("", "forkbox-bench-"); err != nil {
+			b.Fatal(err)
+		}
 	}
-	d := &daemon{dir: dir, logPath: filepath.Join(dir, "daemon.log"), exited: make(chan struct{})}
-	logf, err := os.Create(d.logPath)
+	d := &daemon{dir: dir, logPath: filepath.Join(dir, "daemon.log"), exited: make(chan struct{}), ownsDir: owned}
+	logf, err := os.OpenFile(d.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer logf.Close()
 
-	addr, err := freeLoopbackAddr()
-	if err != nil {
-		b.Fatal(err)
+	addr := o.addr
+	if addr == "" {
+		if addr, err = freeLoopbackAddr(); err != nil {
+			b.Fatal(err)
+		}
 	}
-	args := []string{"serve", "--listen", addr, "--data-dir", filepath.Join(dir, "data")}
-	if debug {
+	args := append([]string{"serve", "--listen", addr, "--data-dir", filepath.Join(dir, "data")}, o.args...)
+	if o.debug {
 		args = append(args, "--debug")
 	}
 	d.cmd = exec.Command(bin, args...)
+	if o.netns != "" {
+		d.cmd = exec.Command("nsenter", append([]string{"--net=/run/netns/" + o.netns, "--", bin}, args...)...)
+	}
 	d.cmd.Stdout, d.cmd.Stderr = logf, logf
-	d.cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "FORKBOX_API_KEY=") })
+	d.cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "FORKBOX_API_KEY=") }), o.env...)
 	// Should this test binary die without cleaning up, take the daemon along.
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	if err := d.cmd.Start(); err != nil {
@@ -180,9 +211,15 @@ func startDaemon(b *testing.B, debug bool) *daemon {
 	d.pid = d.cmd.Process.Pid
 	go func() { _ = d.cmd.Wait(); close(d.exited) }()
 	d.url = "http://" + addr
-	d.client = client.New(d.url, client.WithHTTPClient(&http.Client{
+	opts := []client.Option{client.WithHTTPClient(&http.Client{
 		Transport: &http.Transport{MaxIdleConnsPerHost: 16, IdleConnTimeout: time.Minute},
-	}))
+	})}
+	for _, kv := range o.env {
+		if k, ok := strings.CutPrefix(kv, "FORKBOX_API_KEY="); ok {
+			opts = append(opts, client.WithAPIKey(k))
+		}
+	}
+	d.client = client.New(d.url, opts...)
 	b.Cleanup(func() { d.stop(b) })
 
 	deadline := time.Now().Add(90 * time.Second)
@@ -211,6 +248,41 @@ func startDaemon(b *testing.B, debug bool) *daemon {
 // daemon frees mounts, cgroups and loop devices), stops the daemon, and
 // removes the temp dir.
 func (d *daemon) stop(b *testing.B) {
+	if !d.stopped {
+		d.stopped = true
+		d.shutdown(b)
+	}
+	if !d.ownsDir {
+		return
+	}
+	if n := detachMountsUnder(d.dir); n > 0 {
+		b.Errorf("cleanup: %d mounts were left under %s after deleting every sandbox (detached them)", n, d.dir)
+	}
+	if keepTemp {
+		b.Logf("kept %s (FORKBOX_BENCH_KEEP=1)", d.dir)
+		return
+	}
+	if err := os.RemoveAll(d.dir); err != nil {
+		b.Logf("cleanup: remove %s: %v", d.dir, err)
+	}
+}
+
+// halt stops the daemon with SIGTERM and leaves its sandboxes and data dir
+// (to restart it, or to let a cluster find it down).
+func (d *daemon) halt(b *testing.B) {
+	d.stopped = true
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.exited:
+	case <-time.After(15 * time.Second):
+		b.Logf("daemon did not stop on SIGTERM within 15s; killing it")
+		_ = d.cmd.Process.Kill()
+		<-d.exited
+	}
+}
+
+// shutdown deletes every sandbox and stops the daemon.
+func (d *daemon) shutdown(b *testing.B) {
 	select {
 	case <-d.exited:
 		b.Errorf("daemon exited during the benchmark; log:\n%s", d.logTail(40))
@@ -243,16 +315,6 @@ func (d *daemon) stop(b *testing.B) {
 			_ = d.cmd.Process.Kill()
 			<-d.exited
 		}
-	}
-	if n := detachMountsUnder(d.dir); n > 0 {
-		b.Errorf("cleanup: %d mounts were left under %s after deleting every sandbox (detached them)", n, d.dir)
-	}
-	if keepTemp {
-		b.Logf("kept %s (FORKBOX_BENCH_KEEP=1)", d.dir)
-		return
-	}
-	if err := os.RemoveAll(d.dir); err != nil {
-		b.Logf("cleanup: remove %s: %v", d.dir, err)
 	}
 }
 

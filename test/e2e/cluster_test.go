@@ -23,67 +23,17 @@ import (
 	"github.com/forkbox/forkbox/internal/blob/miniotest"
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/store/pgtest"
+	"github.com/forkbox/forkbox/internal/testnet"
 )
-
-// testNet is a small network of the test's own: a bridge in the test's
-// network namespace (the "switch", with the shared PostgreSQL and MinIO on
-// its address) and one network namespace per node (its "host"), each with
-// an address of its own on the bridge.
-type testNet struct {
-	bridge  string
-	gateway string // the bridge's address
-	nodes   []string
-	addrs   []string
-}
-
-// newTestNet makes a bridge and n namespaces 10.77.0.2 … and removes them
-// when t ends.
-func newTestNet(t *testing.T, prefix string, n int) *testNet {
-	t.Helper()
-	ip := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
-	tn := &testNet{bridge: prefix + "br", gateway: "10.77.0.1"}
-	cleanup := func() {
-		for i := 0; i < n; i++ {
-			exec.Command("ip", "netns", "del", fmt.Sprintf("%s%d", prefix, i)).Run()
-			exec.Command("ip", "link", "del", fmt.Sprintf("%sv%d", prefix, i)).Run()
-		}
-		exec.Command("ip", "link", "del", tn.bridge).Run()
-	}
-	cleanup() // what an earlier killed run left
-	t.Cleanup(cleanup)
-	ip("link", "add", tn.bridge, "type", "bridge")
-	ip("addr", "add", tn.gateway+"/24", "dev", tn.bridge)
-	ip("link", "set", tn.bridge, "up")
-	for i := 0; i < n; i++ {
-		ns, host, peer := fmt.Sprintf("%s%d", prefix, i), fmt.Sprintf("%sv%d", prefix, i), fmt.Sprintf("%sp%d", prefix, i)
-		addr := fmt.Sprintf("10.77.0.%d", i+2)
-		ip("netns", "add", ns)
-		ip("link", "add", host, "type", "veth", "peer", "name", peer)
-		ip("link", "set", host, "master", tn.bridge, "up")
-		ip("link", "set", peer, "netns", ns)
-		ip("-n", ns, "addr", "add", addr+"/24", "dev", peer)
-		ip("-n", ns, "link", "set", peer, "up")
-		ip("-n", ns, "link", "set", "lo", "up")
-		ip("-n", ns, "route", "add", "default", "via", tn.gateway)
-		tn.nodes = append(tn.nodes, ns)
-		tn.addrs = append(tn.addrs, addr)
-	}
-	return tn
-}
 
 // clusterKey is the admin key every node of the test cluster shares.
 const clusterKey = "cluster-admin-key-0123456789"
 
 // clusterNode starts (or restarts) node i of a cluster.
-func clusterNode(t *testing.T, tn *testNet, i int, dir, dsn, blobs string, extra ...string) *daemon {
+func clusterNode(t *testing.T, tn *testnet.Net, i int, dir, dsn, blobs string, extra ...string) *daemon {
 	t.Helper()
 	id := string(rune('a' + i))
-	d := &daemon{dataDir: filepath.Join(dir, "node-"+id), addr: tn.addrs[i] + ":8080", netns: tn.nodes[i],
+	d := &daemon{dataDir: filepath.Join(dir, "node-"+id), addr: tn.Addrs[i] + ":8080", netns: tn.Namespaces[i],
 		env:  []string{"FORKBOX_API_KEY=" + clusterKey},
 		args: append([]string{"--store", dsn, "--blobs", blobs, "--node-id", id, "--node-timeout", "3s"}, extra...)}
 	if err := d.start(); err != nil {
@@ -150,14 +100,14 @@ func runPy(t *testing.T, d *daemon, sb, code string) string {
 // shared stores.
 func TestCluster(t *testing.T) {
 	needRoot(t)
-	tn := newTestNet(t, "fbc", 3)
-	pg := pgtest.Start(t, pgtest.Listen("127.0.0.1,"+tn.gateway))
+	tn := testnet.New(t, "fbc", 3)
+	pg := pgtest.Start(t, pgtest.Listen("127.0.0.1,"+tn.Gateway))
 	u, err := url.Parse(pg.NewDatabase(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	dsn := pg.DSNFor(tn.gateway, strings.TrimPrefix(u.Path, "/"))
-	s3 := miniotest.Start(t, tn.gateway)
+	dsn := pg.DSNFor(tn.Gateway, strings.TrimPrefix(u.Path, "/"))
+	s3 := miniotest.Start(t, tn.Gateway)
 	blobs := s3.URLWithPrefix("cluster")
 	dir := t.TempDir()
 	a := clusterNode(t, tn, 0, dir, dsn, blobs)
@@ -389,7 +339,7 @@ func TestCluster(t *testing.T) {
 
 	t.Run("sandboxes do not reach the shared stores", func(t *testing.T) {
 		sb := newSandbox(t, b, api.CreateSandboxRequest{Node: "b", AllowInternetAccess: true})
-		for _, target := range []string{fmt.Sprintf("%s:%d", tn.gateway, pg.Port), s3.Endpoint} {
+		for _, target := range []string{fmt.Sprintf("%s:%d", tn.Gateway, pg.Port), s3.Endpoint} {
 			host, port, _ := strings.Cut(target, ":")
 			got := runPy(t, b, sb.ID, fmt.Sprintf(`import socket
 try:

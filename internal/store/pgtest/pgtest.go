@@ -56,7 +56,8 @@ type Server struct {
 }
 
 type config struct {
-	listen string
+	listen  string
+	durable bool
 }
 
 // Option configures Start.
@@ -67,6 +68,10 @@ type Option func(*config)
 // "127.0.0.1". Clients from any address may connect with the password
 // (pg_hba.conf: host all all 0.0.0.0/0 md5, and ::/0).
 func Listen(addresses string) Option { return func(c *config) { c.listen = addresses } }
+
+// Durable keeps PostgreSQL's defaults of fsync, synchronous_commit and
+// full_page_writes (on), as a production server runs, for benchmarks.
+func Durable() Option { return func(c *config) { c.durable = true } }
 
 // Start starts a server and stops it when t ends. Missing binaries fail the
 // test: run `make setup`.
@@ -143,7 +148,7 @@ func Start(t testing.TB, opts ...Option) *Server {
 	// A free port can be taken between choosing and binding it: try again.
 	var lastErr error
 	for range 3 {
-		if lastErr = s.start(bin, data, cfg.listen, cred); lastErr == nil {
+		if lastErr = s.start(bin, data, cfg, cred); lastErr == nil {
 			break
 		}
 	}
@@ -190,7 +195,8 @@ func BinDir() (string, error) {
 	return found[0], nil
 }
 
-func (s *Server) start(bin, data, listen string, cred *syscall.Credential) error {
+func (s *Server) start(bin, data string, cfg config, cred *syscall.Credential) error {
+	listen := cfg.listen
 	port, err := freePort()
 	if err != nil {
 		return err
@@ -201,11 +207,14 @@ func (s *Server) start(bin, data, listen string, cred *syscall.Credential) error
 		return err
 	}
 	defer logf.Close()
-	cmd := exec.Command(filepath.Join(bin, "postgres"), "-D", data, "-p", strconv.Itoa(port), "-k", s.SocketDir,
-		"-c", "listen_addresses="+listen,
-		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+	args := []string{"-D", data, "-p", strconv.Itoa(port), "-k", s.SocketDir,
+		"-c", "listen_addresses=" + listen,
 		"-c", "max_connections=300", "-c", "shared_buffers=32MB",
-		"-c", "log_min_messages=warning")
+		"-c", "log_min_messages=warning"}
+	if !cfg.durable {
+		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
+	}
+	cmd := exec.Command(filepath.Join(bin, "postgres"), args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Pdeathsig: a test binary that dies takes its server along. The
 	// signal comes when the thread that started the server ends, so a
