@@ -27,7 +27,7 @@ import (
 // locally, and Get fetches a name it does not hold locally from the bucket.
 // The keys, under the bucket's prefix:
 //
-//	layers/<id>.tar           the layer's tree as a layer tar (layertar_linux.go)
+//	layers/<id>/<sha256>.tar  the layer's tree as a layer tar (layertar_linux.go), keyed by its content too (remoteLayerTarKey)
 //	layers/<id>.json          its RemoteLayer record: the Layer plus the tar's
 //	                          sha256 and size (written after the tar)
 //	images/<name>/image.json  the image's RemoteImage record: the Image plus
@@ -87,9 +87,13 @@ const (
 	maxRemoteRecord = 4 << 20
 )
 
-func remoteLayerTarKey(id string) string  { return "layers/" + id + ".tar" }
-func remoteLayerMetaKey(id string) string { return "layers/" + id + ".json" }
-func remoteImageKey(name string) string   { return "images/" + name + "/" + metaFile }
+// remoteLayerTarKey is where the layer tar of layer id with sha256 sum is:
+// keyed by its content too, so that two nodes that upload one layer at once
+// (each built it, with its own timestamps) never pair one's record with the
+// other's tar: every record names a tar that is there and matches it.
+func remoteLayerTarKey(id, sum string) string { return "layers/" + id + "/" + sum + ".tar" }
+func remoteLayerMetaKey(id string) string     { return "layers/" + id + ".json" }
+func remoteImageKey(name string) string       { return "images/" + name + "/" + metaFile }
 
 // remoteState is a Store's object store and its per-key locks.
 type remoteState struct {
@@ -232,7 +236,7 @@ func (s *Store) publishLayer(ctx context.Context, r Remote, id string) (*RemoteL
 	defer s.lockKey("layer:" + id)()
 	rl, err := getRemoteLayer(ctx, r, id)
 	if err == nil {
-		if size, _, err := r.Stat(ctx, remoteLayerTarKey(id)); err == nil && size == rl.TarSize {
+		if size, _, err := r.Stat(ctx, remoteLayerTarKey(id, rl.SHA256)); err == nil && size == rl.TarSize {
 			return rl, nil
 		}
 	} else if !errors.Is(err, errdefs.ErrNotFound) {
@@ -258,7 +262,7 @@ func (s *Store) publishLayer(ctx context.Context, r Remote, id string) (*RemoteL
 		return nil, fmt.Errorf("layer %s: %w", id, err)
 	}
 	rl = &RemoteLayer{Layer: *l, SHA256: hex.EncodeToString(h.Sum(nil)), TarSize: cw.n}
-	if err := r.Put(ctx, remoteLayerTarKey(id), f, cw.n); err != nil {
+	if err := r.Put(ctx, remoteLayerTarKey(id, rl.SHA256), f, cw.n); err != nil {
 		return nil, err
 	}
 	data, err := json.MarshalIndent(rl, "", "  ")
@@ -372,7 +376,7 @@ func (s *Store) fetchLayer(ctx context.Context, r Remote, rl *RemoteLayer) error
 	if s.HasLayer(rl.ID) {
 		return nil
 	}
-	rc, err := r.Get(ctx, remoteLayerTarKey(rl.ID))
+	rc, err := r.Get(ctx, remoteLayerTarKey(rl.ID, rl.SHA256))
 	if err != nil {
 		return fmt.Errorf("layer %s: %w", rl.ID, err)
 	}

@@ -6,6 +6,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -200,7 +202,7 @@ func TestRemoteImageRoundTrip(t *testing.T) {
 	built := buildLayers(t, a, "acme+tools")
 	t.Logf("build and upload: %v", time.Since(start))
 	for _, id := range built.Layers {
-		for _, k := range []string{remoteLayerTarKey(id), remoteLayerMetaKey(id)} {
+		for _, k := range []string{tarKeyOf(t, b, id), remoteLayerMetaKey(id)} {
 			if _, _, err := b.Stat(ctx, k); err != nil {
 				t.Fatalf("%s not uploaded: %v", k, err)
 			}
@@ -269,7 +271,7 @@ func TestRemoteImageRoundTrip(t *testing.T) {
 	if _, _, err := b.Stat(ctx, "images/acme+tools/image.json"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("image record after remove: %v", err)
 	}
-	if _, _, err := b.Stat(ctx, remoteLayerTarKey(built.Layers[0])); err != nil {
+	if _, _, err := b.Stat(ctx, tarKeyOf(t, b, built.Layers[0])); err != nil {
 		t.Errorf("shared layer removed: %v", err)
 	}
 	if _, err := openRemoteStore(t, b).Get(ctx, "acme+tools"); !errors.Is(err, errdefs.ErrNotFound) {
@@ -303,7 +305,7 @@ func TestRemoteCorruptLayerIsRefused(t *testing.T) {
 	b := newBucket(t)
 	built := buildLayers(t, openRemoteStore(t, b), "tools")
 	// Flip one byte of the bottom layer's tar (its size stays).
-	key := remoteLayerTarKey(built.Layers[0])
+	key := tarKeyOf(t, b, built.Layers[0])
 	rc, err := b.Get(ctx, key)
 	must(t, err)
 	data, err := io.ReadAll(rc)
@@ -436,5 +438,38 @@ func TestLayerTarKeepsTrustedXattrsButExtractTarDoesNot(t *testing.T) {
 	must(t, ExtractTar(ctx, bytes.NewReader(buf.Bytes()), user, ExtractOptions{KeepOwners: true, Whiteouts: true}))
 	if isOpaqueDir(filepath.Join(user, "d")) {
 		t.Error("ExtractTar of a user archive set trusted.overlay.opaque")
+	}
+}
+
+// tarKeyOf is where layer id's tar is, as its record in the bucket says.
+func tarKeyOf(t *testing.T, r Remote, id string) string {
+	t.Helper()
+	rl, err := getRemoteLayer(context.Background(), r, id)
+	must(t, err)
+	return remoteLayerTarKey(id, rl.SHA256)
+}
+
+// Two nodes that upload one layer at once (each built it, with its own
+// timestamps, so their tars differ) leave the record of one and the image
+// record of the other: every record still names a tar that matches it.
+func TestRemoteLayerUploadedByTwoNodesAtOnce(t *testing.T) {
+	ctx := context.Background()
+	b := newBucket(t)
+	built := buildLayers(t, openRemoteStore(t, b), "tools")
+	id := built.Layers[0]
+	// The other node's upload lands after: its tar under its own sum, its
+	// record over the first one's.
+	rl, err := getRemoteLayer(ctx, b, id)
+	must(t, err)
+	other := []byte("the other node's tar of the same layer")
+	sum := sha256.Sum256(other)
+	rl.SHA256, rl.TarSize = hex.EncodeToString(sum[:]), int64(len(other))
+	must(t, b.Put(ctx, remoteLayerTarKey(id, rl.SHA256), bytes.NewReader(other), rl.TarSize))
+	data, err := json.Marshal(rl)
+	must(t, err)
+	must(t, b.Put(ctx, remoteLayerMetaKey(id), bytes.NewReader(data), int64(len(data))))
+	// The image record names the first upload's tar, which is intact.
+	if _, err := openRemoteStore(t, b).Get(ctx, "tools"); err != nil {
+		t.Fatalf("a node fetching the image after the race: %v", err)
 	}
 }
