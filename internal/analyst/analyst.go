@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"time"
@@ -53,6 +54,19 @@ type Config struct {
 	// CellTimeout bounds each cell the model runs (default 2 minutes).
 	CellTimeout time.Duration
 	Logger      *slog.Logger
+	// Blobs, when set, keeps every upload's bytes under uploads/<id>.csv
+	// as well, so that any node of a cluster can copy any upload into the
+	// sandbox of a conversation it runs; nil keeps uploads on this node's
+	// disk only.
+	Blobs Blobs
+}
+
+// Blobs is the object storage uploads are shared through; *blob.S3 is one.
+type Blobs interface {
+	Put(ctx context.Context, key string, r io.Reader, size int64) error
+	Get(ctx context.Context, key string) (io.ReadCloser, error)
+	Stat(ctx context.Context, key string) (size int64, modTime time.Time, err error)
+	Delete(ctx context.Context, key string) error
 }
 
 // Service runs conversations.
@@ -84,6 +98,9 @@ func New(st store.ConversationStore, mgr *sandbox.Manager, cfg Config) (*Service
 	}
 	if cfg.Provider == nil && cfg.ProviderErr == nil {
 		cfg.ProviderErr = errdefs.Unavailable("no model provider is configured")
+	}
+	if v := reflect.ValueOf(cfg.Blobs); cfg.Blobs != nil && v.Kind() == reflect.Pointer && v.IsNil() {
+		cfg.Blobs = nil // a nil *blob.S3 in the interface: local only
 	}
 	if err := os.MkdirAll(cfg.UploadsDir, 0o700); err != nil {
 		return nil, fmt.Errorf("uploads dir: %w", err)
@@ -313,7 +330,15 @@ func (s *Service) Upload(ctx context.Context, name string, r io.Reader, conversa
 	}
 	u := &store.Upload{ID: id, Name: cleanName(name), SizeBytes: n, SHA256: hex.EncodeToString(h.Sum(nil)),
 		Columns: cols, Rows: rows, ConversationID: conversationID, CreatedAt: time.Now().UTC()}
+	if s.cfg.Blobs != nil {
+		// The bytes go to the bucket before the record names them, so that
+		// every node that can see the record can fetch them.
+		if err := s.putBlob(ctx, id, path, n); err != nil {
+			return nil, err
+		}
+	}
 	if err := s.store.CreateUpload(ctx, u); err != nil {
+		s.dropBlob(ctx, id)
 		return nil, err
 	}
 	keep = true
@@ -577,7 +602,11 @@ func titleOf(q string) string {
 
 // place copies an upload into the sandbox's /workspace.
 func (s *Service) place(ctx context.Context, sandboxID string, u *store.Upload) error {
-	f, err := os.Open(filepath.Join(s.cfg.UploadsDir, u.ID+".csv"))
+	path, err := s.uploadFile(ctx, u)
+	if err != nil {
+		return err
+	}
+	f, err := os.Open(path)
 	if err != nil {
 		return fmt.Errorf("upload %s: %w", u.ID, err)
 	}
@@ -616,4 +645,118 @@ func (s *Service) context(ctx context.Context, convID string, replaced bool) ([]
 			Preview: fmt.Sprintf("columns: %s; %d rows", strings.Join(u.Columns, ", "), u.Rows)})
 	}
 	return history, files, nil
+}
+
+// blobKey is where an upload's bytes are kept in object storage.
+func blobKey(id string) string { return "uploads/" + id + ".csv" }
+
+// putBlob copies the upload at path (size bytes) to object storage.
+func (s *Service) putBlob(ctx context.Context, id, path string, size int64) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("store upload %s in object storage: %w", id, err)
+	}
+	defer f.Close()
+	if err := s.cfg.Blobs.Put(ctx, blobKey(id), f, size); err != nil {
+		// A partial object may remain if the client gave up midway.
+		s.dropBlob(ctx, id)
+		return fmt.Errorf("store upload %s in object storage (the upload is not kept): %w", id, err)
+	}
+	return nil
+}
+
+// dropBlob removes an upload's object, logging a failure (the object is
+// then an orphan nothing names).
+func (s *Service) dropBlob(ctx context.Context, id string) {
+	if s.cfg.Blobs == nil {
+		return
+	}
+	if err := s.cfg.Blobs.Delete(context.WithoutCancel(ctx), blobKey(id)); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		s.log.Warn("remove upload from object storage", "file", id, "key", blobKey(id), "err", err)
+	}
+}
+
+// uploadFile is the path of u's bytes on this node. Without Blobs that is
+// the file Upload wrote, as it always was. With Blobs it is the local copy
+// when it is there and its SHA-256 is the record's; otherwise the bytes are
+// downloaded from object storage (verified against the record before they
+// take the file's name), so any node can use an upload received by another.
+func (s *Service) uploadFile(ctx context.Context, u *store.Upload) (string, error) {
+	path := filepath.Join(s.cfg.UploadsDir, u.ID+".csv")
+	if s.cfg.Blobs == nil {
+		return path, nil
+	}
+	sum, err := fileSHA256(path)
+	switch {
+	case err == nil && sum == u.SHA256:
+		return path, nil
+	case err == nil:
+		s.log.Warn("local copy of an upload does not match its record; downloading it again",
+			"file", u.ID, "sha256", sum, "want", u.SHA256)
+	case !errors.Is(err, os.ErrNotExist):
+		return "", fmt.Errorf("upload %s: %w", u.ID, err)
+	}
+	if err := s.fetchBlob(ctx, u, path); err != nil {
+		return "", err
+	}
+	return path, nil
+}
+
+// fetchBlob downloads u's object to path: to a temporary name first, hashed
+// while written, renamed only when its SHA-256 (and size) are the record's;
+// anything else leaves no file behind.
+func (s *Service) fetchBlob(ctx context.Context, u *store.Upload, path string) (err error) {
+	key := blobKey(u.ID)
+	rc, err := s.cfg.Blobs.Get(ctx, key)
+	if err != nil {
+		return fmt.Errorf("upload %s: not on this node, and fetching it from object storage failed: %w", u.ID, err)
+	}
+	defer rc.Close()
+	tmp, err := os.CreateTemp(s.cfg.UploadsDir, u.ID+".*.part")
+	if err != nil {
+		return fmt.Errorf("upload %s: fetch from object storage: %w", u.ID, err)
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	h := sha256.New()
+	// One byte past the recorded size is enough to know it is wrong.
+	n, err := io.Copy(io.MultiWriter(tmp, h), io.LimitReader(rc, u.SizeBytes+1))
+	if err != nil {
+		return fmt.Errorf("upload %s: fetch %s from object storage: %w", u.ID, key, err)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); n != u.SizeBytes || got != u.SHA256 {
+		return fmt.Errorf("upload %s: object %s does not match the upload's record (%d bytes, SHA-256 %s; want %d bytes, SHA-256 %s): refusing it: %w",
+			u.ID, key, n, got, u.SizeBytes, u.SHA256, errIntegrity)
+	}
+	if err := tmp.Sync(); err != nil {
+		return fmt.Errorf("upload %s: fetch from object storage: %w", u.ID, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("upload %s: fetch from object storage: %w", u.ID, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("upload %s: fetch from object storage: %w", u.ID, err)
+	}
+	return nil
+}
+
+// errIntegrity marks bytes that are not the ones an upload's record names.
+var errIntegrity = errors.New("SHA-256 mismatch")
+
+// fileSHA256 is the hex SHA-256 of the file at path.
+func fileSHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }

@@ -30,6 +30,7 @@ func (d *Daemon) openBlobs(ctx context.Context, snaps *snapshot.Store, images *i
 	images.SetLogger(d.log)
 	images.SetRemote(b) // images built or imported here are usable on every node
 	d.blobsOn = true
+	d.blobs = b // uploads too (analyst.Config.Blobs)
 	d.log.Info("snapshots in object storage", "blobs", b.Redacted(), "local_cache_mb", d.cfg.BlobCacheMB)
 	return nil
 }

@@ -202,6 +202,7 @@ type Daemon struct {
 	snaps *snapshot.Store
 	// blobsOn: snapshots live in object storage (--blobs).
 	blobsOn bool
+	blobs   analyst.Blobs // the --blobs bucket (a *blob.S3), nil without one
 	api     *httpapi.Server
 	mgr     *sandbox.Manager
 	rt      *runtime.Runtime
@@ -355,7 +356,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	}
 	chatSvc, err := analyst.New(d.store, mgr, analyst.Config{
 		Provider: prov, ProviderErr: provErr, UploadsDir: filepath.Join(cfg.DataDir, "uploads"),
-		MaxUploadBytes: cfg.MaxUploadMB << 20, Logger: log,
+		MaxUploadBytes: cfg.MaxUploadMB << 20, Logger: log, Blobs: d.blobs,
 	})
 	if err != nil {
 		return nil, err
