@@ -87,6 +87,7 @@ type Manager interface {
 type Store interface {
 	store.NodeStore
 	Get(ctx context.Context, ref string) (*store.Sandbox, error)
+	GetConversation(ctx context.Context, id string) (*store.Conversation, error)
 }
 
 // Node is one node of the cluster, running.
@@ -313,8 +314,49 @@ func (n *Node) Nodes(ctx context.Context) ([]api.Node, error) {
 	return out, nil
 }
 
-// sandboxPath matches the calls that name a sandbox: /v1/sandboxes/{ref}…
-var sandboxPath = regexp.MustCompile(`^/v1/sandboxes/([^/]+)(?:/|$)`)
+// Paths of the calls that name a sandbox, or a conversation (whose sandbox
+// runs its code): /v1/sandboxes/{ref}…, E2B's /sandboxes/{id}… and
+// /v2/sandboxes/{id}…, /v1/conversations/{id}….
+var (
+	sandboxPath      = regexp.MustCompile(`^/v1/sandboxes/([^/]+)(?:/|$)`)
+	e2bSandboxPath   = regexp.MustCompile(`^/(?:v2/)?sandboxes/([^/]+)(?:/|$)`)
+	conversationPath = regexp.MustCompile(`^/v1/conversations/([^/]+)(?:/|$)`)
+)
+
+// maxChatBody bounds the chat body read to route it (a question with CSV
+// text); a larger one is served here, which refuses it.
+const maxChatBody = 64 << 20
+
+// routeChat forwards a question about an existing conversation to the node
+// of the conversation's sandbox, where its code runs.
+func (n *Node) routeChat(w http.ResponseWriter, r *http.Request) (bool, error) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxChatBody+1))
+	if err != nil {
+		return false, errdefs.InvalidArgument("read request body: %v", err)
+	}
+	r.Body.Close()
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
+	if len(body) > maxChatBody {
+		return false, nil
+	}
+	var req struct {
+		ConversationID string `json:"conversation_id"`
+	}
+	if json.Unmarshal(body, &req) != nil || req.ConversationID == "" {
+		return false, nil // a new conversation starts here
+	}
+	return n.routeConversation(w, r, req.ConversationID)
+}
+
+// routeConversation routes a call about conversation id by its sandbox.
+func (n *Node) routeConversation(w http.ResponseWriter, r *http.Request, id string) (bool, error) {
+	c, err := n.st.GetConversation(r.Context(), id)
+	if err != nil || c.SandboxID == "" {
+		return false, nil // answered here
+	}
+	return n.RouteSandbox(w, r, c.SandboxID)
+}
 
 // maxCreateBody bounds the create body read to place it.
 const maxCreateBody = 1 << 20
@@ -328,15 +370,36 @@ func (n *Node) Route(w http.ResponseWriter, r *http.Request) (handled bool, err 
 	if r.Header.Get(ForwardedHeader) != "" {
 		return false, nil
 	}
-	if r.URL.Path == "/v1/sandboxes" && r.Method == http.MethodPost {
+	switch {
+	case r.URL.Path == "/v1/sandboxes" && r.Method == http.MethodPost:
 		return n.routeCreate(w, r)
+	case r.URL.Path == "/v1/chat" && r.Method == http.MethodPost:
+		return n.routeChat(w, r)
 	}
-	m := sandboxPath.FindStringSubmatch(r.URL.Path)
-	if m == nil {
-		return false, nil
+	if m := conversationPath.FindStringSubmatch(r.URL.Path); m != nil {
+		id, err := url.PathUnescape(m[1])
+		if err != nil {
+			return false, nil
+		}
+		return n.routeConversation(w, r, id)
 	}
-	ref, err := url.PathUnescape(m[1])
-	if err != nil {
+	for _, re := range []*regexp.Regexp{sandboxPath, e2bSandboxPath} {
+		if m := re.FindStringSubmatch(r.URL.Path); m != nil {
+			ref, err := url.PathUnescape(m[1])
+			if err != nil {
+				return false, nil
+			}
+			return n.RouteSandbox(w, r, ref)
+		}
+	}
+	return false, nil
+}
+
+// RouteSandbox is Route for a call about sandbox ref however it names it
+// (E2B's data plane names it in a header): forwarded to its node when that
+// is another node that is up; a down node's sandbox is settled here first.
+func (n *Node) RouteSandbox(w http.ResponseWriter, r *http.Request, ref string) (handled bool, err error) {
+	if r.Header.Get(ForwardedHeader) != "" || ref == "" {
 		return false, nil
 	}
 	ctx := r.Context()

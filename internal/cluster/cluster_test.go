@@ -30,12 +30,13 @@ type fakeStore struct {
 	mu         sync.Mutex
 	nodes      map[string]store.Node
 	sandboxes  map[string]store.Sandbox
+	convs      map[string]store.Conversation
 	heartbeats []store.Node
 	getNodeErr error
 }
 
 func newFakeStore() *fakeStore {
-	return &fakeStore{nodes: map[string]store.Node{}, sandboxes: map[string]store.Sandbox{}}
+	return &fakeStore{nodes: map[string]store.Node{}, sandboxes: map[string]store.Sandbox{}, convs: map[string]store.Conversation{}}
 }
 
 func (s *fakeStore) putNode(x store.Node) {
@@ -101,6 +102,16 @@ func (s *fakeStore) Get(_ context.Context, ref string) (*store.Sandbox, error) {
 		return nil, errdefs.NotFound("sandbox %q not found", ref)
 	}
 	return &sb, nil
+}
+
+func (s *fakeStore) GetConversation(_ context.Context, id string) (*store.Conversation, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.convs[id]
+	if !ok {
+		return nil, errdefs.NotFound("conversation %q not found", id)
+	}
+	return &c, nil
 }
 
 func (s *fakeStore) heartbeatLog() []store.Node {
@@ -465,6 +476,70 @@ func TestRouteForwardsToUpOwner(t *testing.T) {
 	}
 	if c := own.seen()[1]; c.method != http.MethodDelete || c.path != "/v1/sandboxes/sbx_1" {
 		t.Fatalf("owner saw %+v", c)
+	}
+}
+
+// Calls about a conversation go to the node of its sandboxes (the chat's
+// code runs there); E2B's paths name sandboxes too.
+func TestRouteConversationsChatAndE2B(t *testing.T) {
+	st := newFakeStore()
+	own := newOwner(t, nil)
+	st.putNode(upNode("b", own.URL, 0, 0))
+	st.putSandbox(store.Sandbox{ID: "sbx_1", State: api.StateRunning, Node: "b"})
+	st.putSandbox(store.Sandbox{ID: "sbx_2", State: api.StateRunning, Node: "a"})
+	st.convs["conv_b"] = store.Conversation{ID: "conv_b", SandboxID: "sbx_1"}
+	st.convs["conv_a"] = store.Conversation{ID: "conv_a", SandboxID: "sbx_2"}
+	st.convs["conv_new"] = store.Conversation{ID: "conv_new"}
+	n := newTestNode(t, "a", "http://a.invalid", st, &fakeManager{id: "a"}, "")
+	for _, tc := range []struct {
+		method, target, body string
+		forwarded            bool
+	}{
+		{http.MethodPost, "/v1/chat", `{"question":"mean?","conversation_id":"conv_b"}`, true},
+		{http.MethodPost, "/v1/chat", `{"question":"mean?","conversation_id":"conv_a"}`, false},
+		{http.MethodPost, "/v1/chat", `{"question":"a new one"}`, false},
+		{http.MethodPost, "/v1/chat", `not json`, false},
+		{http.MethodPost, "/v1/chat", `{"conversation_id":"conv_unknown"}`, false},
+		{http.MethodGet, "/v1/conversations/conv_b", "", true},
+		{http.MethodDelete, "/v1/conversations/conv_b", "", true},
+		{http.MethodGet, "/v1/conversations/conv_b/notebook", "", true},
+		{http.MethodGet, "/v1/conversations/conv_a", "", false},
+		{http.MethodGet, "/v1/conversations/conv_new", "", false},
+		{http.MethodGet, "/v1/conversations", "", false},
+		{http.MethodGet, "/sandboxes/sbx_1", "", true},
+		{http.MethodPost, "/sandboxes/sbx_1/pause", "", true},
+		{http.MethodPost, "/v2/sandboxes/sbx_1/connect", "{}", true},
+		{http.MethodGet, "/v2/sandboxes", "", false},
+		{http.MethodGet, "/sandboxes/sbx_2", "", false},
+	} {
+		before := len(own.seen())
+		_, handled, err := route(n, tc.method, tc.target, strings.NewReader(tc.body), nil)
+		if err != nil || handled != tc.forwarded {
+			t.Fatalf("%s %s %s: handled %v err %v, want forwarded %v", tc.method, tc.target, tc.body, handled, err, tc.forwarded)
+		}
+		if tc.forwarded {
+			c := own.seen()[before]
+			if c.path != tc.target || string(c.body) != tc.body {
+				t.Fatalf("%s %s: owner saw %+v", tc.method, tc.target, c)
+			}
+		}
+	}
+}
+
+// E2B's data plane names its sandbox in a header; RouteSandbox takes it.
+func TestRouteSandboxByRef(t *testing.T) {
+	st := newFakeStore()
+	own := newOwner(t, nil)
+	st.putNode(upNode("b", own.URL, 0, 0))
+	st.putSandbox(store.Sandbox{ID: "sbx_1", State: api.StateRunning, Node: "b"})
+	n := newTestNode(t, "a", "http://a.invalid", st, &fakeManager{id: "a"}, "")
+	req := httptest.NewRequest(http.MethodPost, "/execute", strings.NewReader(`{"code":"1+1"}`))
+	w := httptest.NewRecorder()
+	if handled, err := n.RouteSandbox(w, req, "sbx_1"); err != nil || !handled || w.Code != http.StatusTeapot {
+		t.Fatalf("RouteSandbox: handled %v err %v code %d", handled, err, w.Code)
+	}
+	if handled, err := n.RouteSandbox(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/health", nil), ""); handled || err != nil {
+		t.Fatalf("no ref: handled %v err %v", handled, err)
 	}
 }
 

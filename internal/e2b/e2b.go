@@ -41,6 +41,10 @@ const (
 // interpreter (it names its sandbox in a header).
 func IsDataPlane(r *http.Request) bool { return r.Header.Get(hdrSandboxID) != "" }
 
+// DataPlaneSandbox is the sandbox a data-plane request names (not yet
+// authorized: its token is checked where it is served).
+func DataPlaneSandbox(r *http.Request) string { return r.Header.Get(hdrSandboxID) }
+
 type sandboxKey struct{}
 
 // withSandbox returns ctx carrying the forkbox id of the sandbox a

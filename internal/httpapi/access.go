@@ -498,6 +498,17 @@ func (s *Server) serveE2BControl(w http.ResponseWriter, r *http.Request) {
 	}
 	r = r.WithContext(tenant.With(r.Context(), p))
 	sw := &statusWriter{ResponseWriter: w}
+	if s.cfg.Cluster != nil {
+		if handled, err := s.cfg.Cluster.Route(sw, r); err != nil || handled {
+			if err != nil {
+				sw.Header().Set("Content-Type", "application/json")
+				sw.WriteHeader(errStatus(err))
+				json.NewEncoder(sw).Encode(map[string]any{"code": errStatus(err), "message": err.Error()})
+			}
+			s.requests.WithLabelValues("e2b-control", "forwarded").Inc()
+			return // recorded by the node that served it
+		}
+	}
 	s.e2b.ServeControl(sw, r)
 	code := sw.code
 	if code == 0 {

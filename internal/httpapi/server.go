@@ -77,7 +77,59 @@ type Cluster interface {
 	// Route forwards r to the node it belongs to and reports whether it
 	// did; an error is the answer to r.
 	Route(w http.ResponseWriter, r *http.Request) (bool, error)
+	// RouteSandbox is Route for a call about sandbox ref (E2B's, which
+	// name it in a header or in their own paths).
+	RouteSandbox(w http.ResponseWriter, r *http.Request, ref string) (bool, error)
 	Nodes(ctx context.Context) ([]api.Node, error)
+}
+
+// credentials are the headers a caller authenticated with, kept in its
+// request's context so that the calls MCP makes in-process for it can be
+// forwarded to another node of a cluster as the same caller.
+type credentials struct{ authorization, actAs string }
+
+type credentialsKey struct{}
+
+func withCredentials(ctx context.Context, r *http.Request) context.Context {
+	return context.WithValue(ctx, credentialsKey{}, credentials{r.Header.Get("Authorization"), r.Header.Get(actAsHeader)})
+}
+
+// routed serves r through the cluster's forwarding (when the daemon is a
+// node), then the mux.
+func (s *Server) routed(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Cluster != nil {
+		handled, err := s.cfg.Cluster.Route(w, r)
+		if err != nil {
+			writeError(w, err)
+			s.requests.WithLabelValues("cluster", strconv.Itoa(errStatus(err))).Inc()
+			return
+		}
+		if handled {
+			s.requests.WithLabelValues("forwarded", "").Inc()
+			return
+		}
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// routedSandbox forwards a call about sandbox ref to its node (when it is
+// another's) and reports whether it did; an error is written as E2B's.
+func (s *Server) routedSandbox(w http.ResponseWriter, r *http.Request, ref string) bool {
+	if s.cfg.Cluster == nil {
+		return false
+	}
+	handled, err := s.cfg.Cluster.RouteSandbox(w, r, ref)
+	if err != nil {
+		status := errStatus(err)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		json.NewEncoder(w).Encode(map[string]any{"code": status, "message": err.Error()})
+		return true
+	}
+	if handled {
+		s.requests.WithLabelValues("forwarded", "").Inc()
+	}
+	return handled
 }
 
 // Server is the HTTP API.
@@ -215,7 +267,14 @@ func (s *Server) routes() {
 			return
 		}
 		p.Via = "mcp"
-		s.serve(w, r.WithContext(tenant.With(r.Context(), p)), s.mux)
+		// As the caller of /mcp, should the call go to another node.
+		if c, ok := r.Context().Value(credentialsKey{}).(credentials); ok {
+			r.Header.Set("Authorization", c.authorization)
+			if c.actAs != "" {
+				r.Header.Set(actAsHeader, c.actAs)
+			}
+		}
+		s.serve(w, r.WithContext(tenant.With(r.Context(), p)), http.HandlerFunc(s.routed))
 	})))
 	// The web UI: index.html at /, its files under /ui/.
 	ui := web.Handler()
@@ -265,6 +324,9 @@ func (s *Server) Handler() http.Handler {
 			// E2B's API: its data plane by header first (its /metrics is
 			// not forkbox's), then its control plane by path.
 			if e2b.IsDataPlane(r) {
+				if s.routedSandbox(w, r, e2b.DataPlaneSandbox(r)) {
+					return // its node checks the token
+				}
 				s.e2b.ServeData(w, r) // checks the sandbox's token itself
 				s.requests.WithLabelValues("e2b-data", "").Inc()
 				return
@@ -285,21 +347,9 @@ func (s *Server) Handler() http.Handler {
 					s.requests.WithLabelValues("auth", strconv.Itoa(errStatus(err))).Inc()
 					return
 				}
-				r = r.WithContext(tenant.With(r.Context(), p))
+				r = r.WithContext(withCredentials(tenant.With(r.Context(), p), r))
 			}
-			if s.cfg.Cluster != nil {
-				handled, err := s.cfg.Cluster.Route(w, r)
-				if err != nil {
-					writeError(w, err)
-					s.requests.WithLabelValues("cluster", strconv.Itoa(errStatus(err))).Inc()
-					return
-				}
-				if handled {
-					s.requests.WithLabelValues("forwarded", "").Inc()
-					return
-				}
-			}
-			s.mux.ServeHTTP(w, r)
+			s.routed(w, r)
 		}))
 	})
 }

@@ -294,6 +294,44 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("MCP and E2B's API through another node", func(t *testing.T) {
+		ctx := ctxT(t)
+		sb, err := b.c.CreateSandbox(ctx, api.CreateSandboxRequest{Node: "b"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.c.DeleteSandbox(context.Background(), sb.ID)
+		// MCP served by C: its in-process calls go to B as the caller.
+		cs, err := mcpHTTP(t, c, clusterKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mcpOK(t, cs, "run_code", map[string]any{"sandbox": sb.ID, "code": "z = 6"})
+		if txt := mcpText(mcpOK(t, cs, "run_code", map[string]any{"sandbox": sb.ID, "code": "z * 7"})); !strings.Contains(txt, "42") {
+			t.Fatalf("MCP run_code through c: %q", txt)
+		}
+		// E2B: connect through C (control plane, forwarded with the key),
+		// then the data plane through C with the sandbox's own token.
+		key := map[string]string{"X-API-KEY": clusterKey}
+		status, _, body := e2bCall(t, c, "POST", "/sandboxes/"+sb.ID+"/connect", `{"timeout":300}`, key)
+		var conn map[string]any
+		if status/100 != 2 || json.Unmarshal([]byte(body), &conn) != nil {
+			t.Fatalf("E2B connect through c: %d %s", status, body)
+		}
+		tok, _ := conn["envdAccessToken"].(string)
+		traffic, _ := conn["trafficAccessToken"].(string)
+		jup := map[string]string{"E2b-Sandbox-Id": sb.ID, "E2b-Sandbox-Port": "49999", "E2B-Traffic-Access-Token": traffic, "X-Access-Token": tok}
+		status, _, body = e2bCall(t, c, "POST", "/execute", `{"code":"6*7"}`, jup)
+		if status != http.StatusOK || !strings.Contains(body, `"text":"42"`) {
+			t.Fatalf("E2B execute through c: %d %s", status, body)
+		}
+		// Wrong tokens are refused by the node that checks them.
+		jup["X-Access-Token"], jup["E2B-Traffic-Access-Token"] = "wrong", "wrong"
+		if status, _, body = e2bCall(t, c, "POST", "/execute", `{"code":"1"}`, jup); status != http.StatusUnauthorized {
+			t.Fatalf("E2B execute with a wrong token through c: %d %s", status, body)
+		}
+	})
+
 	t.Run("tenants apart on every node", func(t *testing.T) {
 		ctx := ctxT(t)
 		acme, err := b.c.CreateKey(ctx, api.CreateKeyRequest{Tenant: "acme"})
