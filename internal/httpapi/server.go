@@ -317,7 +317,10 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) error {
 func (s *Server) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.serve(w, r, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if s.portHost(r) != nil {
+			if t := s.portHost(r); t != nil {
+				if s.routedSandbox(w, r, t.ref) {
+					return // its node checks key, token or public
+				}
 				s.hostProxy.ServeHTTP(w, r) // checks key, token or public itself
 				return
 			}
