@@ -105,9 +105,27 @@ func BenchmarkCluster(b *testing.B) {
 	}
 	nodes[0].deleteSandbox(b, sb.ID)
 
-	// Create → first exec on a, asked of a and of b.
-	var createDirect, createVia samples
+	// Create → first exec on a, asked of a and of b; and on a single
+	// daemon (SQLite, snapshots on local disk), the baseline of one box.
+	solo := startDaemon(b, false)
+	var createDirect, createVia, createSolo, execSolo samples
+	sbSolo := solo.createSandbox(b)
+	for i := 0; i < clExecs; i++ {
+		t0 := time.Now()
+		if _, err := solo.execTrue(ctx, sbSolo.ID); err != nil {
+			b.Fatal(err)
+		}
+		execSolo = append(execSolo, time.Since(t0))
+	}
+	solo.deleteSandbox(b, sbSolo.ID)
 	for i := 0; i < clCreates; i++ {
+		t0 := time.Now()
+		sb := solo.createSandbox(b)
+		if _, err := solo.execTrue(ctx, sb.ID); err != nil {
+			b.Fatal(err)
+		}
+		createSolo = append(createSolo, time.Since(t0))
+		solo.deleteSandbox(b, sb.ID)
 		for _, via := range []int{0, 1} {
 			t0 := time.Now()
 			sb, err := nodes[via].client.CreateSandbox(ctx, api.CreateSandboxRequest{Node: "a"})
@@ -191,8 +209,10 @@ func BenchmarkCluster(b *testing.B) {
 	fmt.Printf("\nIssue 17 — two nodes (network namespaces on one host), shared PostgreSQL and MinIO; load average %s → %s\n", loadStart, loadEnd)
 	tableHeader("measure", "samples", "p50 ms", "p95 ms", "mean ms")
 	row := func(name string, s samples) { tableRow(name, fmt.Sprint(len(s)), f(s.p50()), f(s.p95()), f(s.mean())) }
+	row("exec `true` round trip, single daemon (SQLite, baseline)", execSolo)
 	row("exec `true` round trip, straight to the sandbox's node", execDirect)
 	row("exec `true` round trip, through the other node (forwarded)", execVia)
+	row("create → first exec, single daemon (SQLite, baseline)", createSolo)
 	row("create → first exec, straight to the node", createDirect)
 	row("create → first exec, through the other node", createVia)
 	row("resume → first `df.shape` on the node that suspended it", resumeSame)

@@ -100,6 +100,7 @@ func runPy(t *testing.T, d *daemon, sb, code string) string {
 // shared stores.
 func TestCluster(t *testing.T) {
 	needRoot(t)
+	t.Parallel() // with the other parallel tests, after the sequential ones
 	tn := testnet.New(t, "fbc", 3)
 	pg := pgtest.Start(t, pgtest.Listen("127.0.0.1,"+tn.Gateway))
 	u, err := url.Parse(pg.NewDatabase(t))
@@ -416,6 +417,7 @@ except OSError as e:
 // the objects of the snapshots that exist.
 func TestBlobsCheckpointCrash(t *testing.T) {
 	needRoot(t)
+	t.Parallel()
 	s3 := miniotest.Start(t, "")
 	blobs := s3.URLWithPrefix("crash")
 	dir := t.TempDir()
