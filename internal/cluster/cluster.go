@@ -12,8 +12,10 @@
 //     never forwarded again.
 //   - A create goes to the node it names, else to the node with the most
 //     free memory (this one when it is within 10% of the best, to save the
-//     hop); a create from a warm pool stays on the node that got it (pools
-//     are per node: every node keeps Size ready sandboxes of every pool).
+//     hop; a restore to the node that took its snapshot, which likely has
+//     it cached, when that one is within 10% too); a create from a warm
+//     pool stays on the node that got it (pools are per node: every node
+//     keeps Size ready sandboxes of every pool).
 //   - A suspended sandbox of a node that is down is adopted by the node that
 //     gets its next call and resumed there from the shared blob store. The
 //     running sandboxes of a down node are marked lost (or, with
@@ -88,6 +90,7 @@ type Store interface {
 	store.NodeStore
 	Get(ctx context.Context, ref string) (*store.Sandbox, error)
 	GetConversation(ctx context.Context, id string) (*store.Conversation, error)
+	GetSnapshot(ctx context.Context, id string) (*store.Snapshot, error)
 }
 
 // Node is one node of the cluster, running.
@@ -480,6 +483,16 @@ func (n *Node) place(ctx context.Context, req *api.CreateSandboxRequest) (*store
 		}
 		return x, nil
 	}
+	// A restore prefers the node that took the snapshot: its files are
+	// likely still in that node's cache.
+	var cached string
+	if req.SnapshotID != "" {
+		if sn, err := n.st.GetSnapshot(ctx, req.SnapshotID); err == nil {
+			if src, err := n.st.Get(ctx, sn.SandboxID); err == nil {
+				cached = src.Node
+			}
+		}
+	}
 	n.mu.Lock()
 	stale := time.Since(n.seen) > time.Second
 	n.mu.Unlock()
@@ -491,6 +504,8 @@ func (n *Node) place(ctx context.Context, req *api.CreateSandboxRequest) (*store
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	free := func(x *store.Node) int64 { return x.MemoryBytes - x.MemoryReserved }
+	// within10 reports whether a has at least 90% of b's free memory.
+	within10 := func(a, b *store.Node) bool { return free(a) >= free(b)-free(b)/10 }
 	var best, self *store.Node
 	for _, x := range n.nodes {
 		if x.ID == n.cfg.NodeID {
@@ -501,8 +516,20 @@ func (n *Node) place(ctx context.Context, req *api.CreateSandboxRequest) (*store
 			best = x
 		}
 	}
-	if best == nil || self == nil || free(self) >= free(best)-free(best)/10 {
-		return nil, nil
+	if best == nil || self == nil || within10(self, best) {
+		best = nil // this node: as good as any
+	}
+	if c := n.nodes[cached]; cached != "" && c != nil && n.up(c, now) {
+		top := best
+		if top == nil {
+			top = self
+		}
+		if top == nil || within10(c, top) {
+			if c.ID == n.cfg.NodeID {
+				return nil, nil
+			}
+			return c, nil
+		}
 	}
 	return best, nil
 }

@@ -31,12 +31,13 @@ type fakeStore struct {
 	nodes      map[string]store.Node
 	sandboxes  map[string]store.Sandbox
 	convs      map[string]store.Conversation
+	snaps      map[string]store.Snapshot
 	heartbeats []store.Node
 	getNodeErr error
 }
 
 func newFakeStore() *fakeStore {
-	return &fakeStore{nodes: map[string]store.Node{}, sandboxes: map[string]store.Sandbox{}, convs: map[string]store.Conversation{}}
+	return &fakeStore{nodes: map[string]store.Node{}, sandboxes: map[string]store.Sandbox{}, convs: map[string]store.Conversation{}, snaps: map[string]store.Snapshot{}}
 }
 
 func (s *fakeStore) putNode(x store.Node) {
@@ -112,6 +113,16 @@ func (s *fakeStore) GetConversation(_ context.Context, id string) (*store.Conver
 		return nil, errdefs.NotFound("conversation %q not found", id)
 	}
 	return &c, nil
+}
+
+func (s *fakeStore) GetSnapshot(_ context.Context, id string) (*store.Snapshot, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sn, ok := s.snaps[id]
+	if !ok {
+		return nil, errdefs.NotFound("snapshot %q not found", id)
+	}
+	return &sn, nil
 }
 
 func (s *fakeStore) heartbeatLog() []store.Node {
@@ -1025,6 +1036,47 @@ func TestPlaceByFreeMemory(t *testing.T) {
 			}
 			n := newTestNode(t, "a", "http://a", st, &fakeManager{id: "a"}, "")
 			got, err := n.place(context.Background(), &api.CreateSandboxRequest{Image: "x"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			id := ""
+			if got != nil {
+				id = got.ID
+			}
+			if id != tc.want {
+				t.Fatalf("placed on %q, want %q", id, tc.want)
+			}
+		})
+	}
+}
+
+// A restore prefers the node that took its snapshot (its files are likely
+// in that node's cache) when that node has room within 10% of the best.
+func TestPlaceRestoreNearItsSnapshot(t *testing.T) {
+	const G = int64(1 << 30)
+	for _, tc := range []struct {
+		name     string
+		nodes    []store.Node
+		snapNode string
+		want     string
+	}{
+		{"the snapshot's node, though another is freer", []store.Node{upNode("a", "http://a", 50*G, 0), upNode("b", "http://b", 95*G, 0), upNode("c", "http://c", 100*G, 0)}, "b", "b"},
+		{"this node took it", []store.Node{upNode("a", "http://a", 95*G, 0), upNode("c", "http://c", 100*G, 0)}, "a", ""},
+		{"the snapshot's node is short of room", []store.Node{upNode("a", "http://a", 50*G, 0), upNode("b", "http://b", 20*G, 0), upNode("c", "http://c", 100*G, 0)}, "b", "c"},
+		{"the snapshot's node is down", []store.Node{upNode("a", "http://a", 50*G, 0), downNode("b", "http://b", time.Minute), upNode("c", "http://c", 100*G, 0)}, "b", "c"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := newFakeStore()
+			for _, x := range tc.nodes {
+				if x.HeartbeatAt.Before(time.Now().Add(-testTimeout)) {
+					x.MemoryBytes = 200 * G
+				}
+				st.putNode(x)
+			}
+			st.putSandbox(store.Sandbox{ID: "sbx_src", State: api.StateRunning, Node: tc.snapNode})
+			st.snaps["snap_1"] = store.Snapshot{ID: "snap_1", SandboxID: "sbx_src"}
+			n := newTestNode(t, "a", "http://a", st, &fakeManager{id: "a"}, "")
+			got, err := n.place(context.Background(), &api.CreateSandboxRequest{SnapshotID: "snap_1"})
 			if err != nil {
 				t.Fatal(err)
 			}
