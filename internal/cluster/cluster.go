@@ -17,7 +17,9 @@
 //     pool stays on the node that got it (pools are per node: every node
 //     keeps Size ready sandboxes of every pool).
 //   - A suspended sandbox of a node that is down is adopted by the node that
-//     gets its next call and resumed there from the shared blob store. The
+//     gets its next call and resumed there from the shared blob store; one
+//     whose node is up but has no memory left for it is moved to the node
+//     with the most room and resumed there. The
 //     running sandboxes of a down node are marked lost (or, with
 //     --on-node-lost=resume, suspended from their last suspend image) by the
 //     first node that notices: never silently gone.
@@ -81,6 +83,7 @@ type Manager interface {
 	Node() string
 	Capacity() store.Node
 	Adopt(ctx context.Context, id, from string) error
+	Move(ctx context.Context, id, from, to string) (bool, error)
 	NodeLost(ctx context.Context, node string, heartbeat time.Time, resume bool) (lost, resumable int, err error)
 	SyncPools(ctx context.Context) error
 }
@@ -415,6 +418,23 @@ func (n *Node) RouteSandbox(w http.ResponseWriter, r *http.Request, ref string) 
 		return false, err
 	}
 	if owner != nil && n.up(owner, time.Now()) {
+		// A suspended session whose node has no room for it now resumes
+		// on a node that has.
+		if sb.State == api.StateSuspended {
+			if to := n.roomFor(ctx, sb, owner); to != nil {
+				moved, err := n.mgr.Move(context.WithoutCancel(ctx), sb.ID, owner.ID, to.ID)
+				if err != nil {
+					return false, err
+				}
+				if moved {
+					n.log.Info("suspended session moved to a node with room", "sandbox", sb.ID, "from", owner.ID, "to", to.ID)
+					if to.ID == n.cfg.NodeID {
+						return false, nil
+					}
+					owner = to
+				}
+			}
+		}
 		n.forward(w, r, owner)
 		return true, nil
 	}
@@ -465,6 +485,31 @@ func (n *Node) routeCreate(w http.ResponseWriter, r *http.Request) (bool, error)
 	}
 	n.forward(w, r, target)
 	return true, nil
+}
+
+// roomFor returns a node up with room for suspended sandbox sb's memory
+// when its own node owner has not (nil: stay). Room is free memory
+// (capacity less what running sandboxes' limits reserve) as of the last
+// heartbeats; the node with the most wins.
+func (n *Node) roomFor(ctx context.Context, sb *store.Sandbox, owner *store.Node) *store.Node {
+	need := sb.Spec.MemoryMB << 20
+	free := func(x *store.Node) int64 { return x.MemoryBytes - x.MemoryReserved }
+	if need <= 0 || free(owner) >= need {
+		return nil
+	}
+	if _, err := n.refresh(ctx); err != nil {
+		return nil
+	}
+	now := time.Now()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var best *store.Node
+	for _, x := range n.nodes {
+		if x.ID != owner.ID && n.up(x, now) && free(x) >= need && (best == nil || free(x) > free(best)) {
+			best = x
+		}
+	}
+	return best
 }
 
 // place picks the node for a create: nil is this one.

@@ -145,6 +145,7 @@ type fakeManager struct {
 
 	mu       sync.Mutex
 	adopts   []adoptCall
+	moves    [][3]string // id, from, to
 	lost     []lostCall
 	syncs    int
 	adoptErr error
@@ -159,6 +160,13 @@ func (m *fakeManager) Adopt(_ context.Context, id, from string) error {
 	defer m.mu.Unlock()
 	m.adopts = append(m.adopts, adoptCall{id, from})
 	return m.adoptErr
+}
+
+func (m *fakeManager) Move(_ context.Context, id, from, to string) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.moves = append(m.moves, [3]string{id, from, to})
+	return true, nil
 }
 
 func (m *fakeManager) NodeLost(_ context.Context, node string, hb time.Time, resume bool) (int, int, error) {
@@ -1086,6 +1094,61 @@ func TestPlaceRestoreNearItsSnapshot(t *testing.T) {
 			}
 			if id != tc.want {
 				t.Fatalf("placed on %q, want %q", id, tc.want)
+			}
+		})
+	}
+}
+
+// A suspended session whose node is up but full moves to the node with
+// the most room and is forwarded there (or served here when that is this
+// node); one whose node has room stays.
+func TestRouteMovesSuspendedSessionToRoom(t *testing.T) {
+	const G = int64(1 << 30)
+	for _, tc := range []struct {
+		name      string
+		ownerFree int64
+		nodes     []store.Node
+		wantMove  string // "" no move
+		forwarded string // the node the call goes to ("" served here)
+	}{
+		{"owner has room", 4 * G, []store.Node{upNode("c", "", 64*G, 0)}, "", "b"},
+		{"owner full, c has room", 1 * G, []store.Node{upNode("c", "", 64*G, 0)}, "c", "c"},
+		{"owner full, this node has room", 1 * G, []store.Node{upNode("a", "http://a.invalid", 64*G, 0)}, "a", ""},
+		{"owner full, nobody has room", 1 * G, []store.Node{upNode("c", "", 1*G, 0)}, "", "b"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := newFakeStore()
+			ownerSrv, otherSrv := newOwner(t, nil), newOwner(t, nil)
+			st.putNode(upNode("b", ownerSrv.URL, tc.ownerFree, 0))
+			for _, x := range tc.nodes {
+				if x.Address == "" {
+					x.Address = otherSrv.URL
+				}
+				st.putNode(x)
+			}
+			st.putSandbox(store.Sandbox{ID: "sbx_1", State: api.StateSuspended, Node: "b", Spec: store.Spec{MemoryMB: 2048}})
+			mgr := &fakeManager{id: "a"}
+			n := newTestNode(t, "a", "http://a.invalid", st, mgr, "")
+			_, handled, err := route(n, http.MethodPost, "/v1/sandboxes/sbx_1/code", strings.NewReader(`{"code":"x"}`), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.wantMove == "" && len(mgr.moves) != 0 || tc.wantMove != "" && (len(mgr.moves) != 1 || mgr.moves[0] != [3]string{"sbx_1", "b", tc.wantMove}) {
+				t.Fatalf("moves %v, want to %q", mgr.moves, tc.wantMove)
+			}
+			switch tc.forwarded {
+			case "":
+				if handled {
+					t.Fatal("forwarded, want served here")
+				}
+			case "b":
+				if !handled || len(ownerSrv.seen()) != 1 {
+					t.Fatalf("not forwarded to the owner (handled %v)", handled)
+				}
+			default:
+				if !handled || len(otherSrv.seen()) != 1 || len(ownerSrv.seen()) != 0 {
+					t.Fatalf("not forwarded to %s (handled %v)", tc.forwarded, handled)
+				}
 			}
 		})
 	}

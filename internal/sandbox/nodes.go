@@ -67,21 +67,37 @@ func (m *Manager) Adopt(ctx context.Context, id, from string) error {
 	if m.node == "" {
 		return errdefs.FailedPrecondition("adopt: this daemon is not a node of a cluster")
 	}
+	moved, err := m.Move(ctx, id, from, m.node)
+	if moved {
+		m.log.Info("adopted suspended sandbox of a node that is down", "sandbox", id, "from", from)
+	}
+	return err
+}
+
+// Move hands suspended sandbox id from node from to node to (a suspended
+// sandbox holds nothing on its node but a cached copy of its image, which
+// the bucket also has), and reports whether it did: not when it is no
+// longer suspended on from (another call moved or resumed it first). The
+// row lock makes a move and from's own resume exclusive: a resume rechecks
+// the node under the same lock (setState).
+func (m *Manager) Move(ctx context.Context, id, from, to string) (bool, error) {
+	if m.node == "" || to == "" {
+		return false, errdefs.FailedPrecondition("move: this daemon is not a node of a cluster")
+	}
 	_, err := m.store.Update(tenant.Unscoped(ctx), id, func(s *store.Sandbox) error {
 		if s.Node != from || s.State != api.StateSuspended {
 			return errNotAdopted
 		}
-		s.Node = m.node
+		s.Node = to
 		return nil
 	})
 	if err == errNotAdopted {
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return fmt.Errorf("adopt sandbox %s from node %s: %w", id, from, err)
+		return false, fmt.Errorf("move sandbox %s from node %s to %s: %w", id, from, to, err)
 	}
-	m.log.Info("adopted suspended sandbox of a node that is down", "sandbox", id, "from", from)
-	return nil
+	return true, nil
 }
 
 var errNotAdopted = errdefs.FailedPrecondition("not adopted")
