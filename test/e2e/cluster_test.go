@@ -496,7 +496,8 @@ func TestBlobsCheckpointCrash(t *testing.T) {
 	}
 }
 
-// strayObjects lists the bucket's objects that are neither snapshot keep's
+// strayObjects lists the bucket's snapshot objects (manifests and blobs;
+// images' layers live beside them) that are neither snapshot keep's
 // manifest nor a file it names.
 func strayObjects(ctx context.Context, st *blob.S3, keep string) ([]string, error) {
 	r, err := st.Get(ctx, "snapshots/"+keep+"/manifest.json")
@@ -515,9 +516,13 @@ func strayObjects(ctx context.Context, st *blob.S3, keep string) ([]string, erro
 	for _, sum := range m.Files {
 		want["blobs/sha256/"+sum] = true
 	}
-	objs, err := st.List(ctx, "")
-	if err != nil {
-		return nil, err
+	var objs []blob.Object
+	for _, prefix := range []string{"snapshots/", "blobs/"} {
+		o, err := st.List(ctx, prefix)
+		if err != nil {
+			return nil, err
+		}
+		objs = append(objs, o...)
 	}
 	var stray []string
 	for _, o := range objs {

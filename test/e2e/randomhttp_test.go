@@ -133,6 +133,7 @@ func rhRoutes() []*rhRoute {
 		{method: "PUT", pattern: "/v1/tenants/{tenant}", weight: 1, body: rhTenantBody},
 		{method: "GET", pattern: "/v1/usage", weight: 1, query: rhTenantQuery},
 		{method: "GET", pattern: "/v1/audit", weight: 1, query: rhAuditQuery},
+		{method: "GET", pattern: "/v1/nodes", weight: 1},
 		{method: "GET", pattern: "/v1/files/{id}", weight: 1},
 		{pattern: "/mcp", weight: 3, body: rhMCPBody},
 		{method: "GET", pattern: "/{$}", weight: 1},
