@@ -231,3 +231,13 @@ func contextPath(sandbox, id, suffix string) (string, error) {
 	}
 	return sandboxPath(sandbox, "/contexts/"+url.PathEscape(id)+suffix), nil
 }
+
+// Cells lists the cells a sandbox ran, oldest first: its history, the
+// last 1,000 kept (the daemon's own warm-up cells are not in it).
+func (c *Client) Cells(ctx context.Context, sandbox string) (*api.CellList, error) {
+	var list api.CellList
+	if err := c.doJSON(ctx, http.MethodGet, sandboxPath(sandbox, "/cells"), nil, nil, &list); err != nil {
+		return nil, err
+	}
+	return &list, nil
+}

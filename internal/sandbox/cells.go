@@ -34,7 +34,7 @@ func (m *Manager) SetCellStore(cs store.CellStore) {
 
 // recordCell queues a cell that ran in l for its history.
 func (m *Manager) recordCell(l *live, req *api.RunCodeRequest, opts CodeOptions, exec *api.Execution, start time.Time) {
-	if m.cells == nil {
+	if m.cells == nil || opts.Unrecorded {
 		return
 	}
 	source := opts.Source

@@ -25,6 +25,9 @@ type CodeOptions struct {
 	Source string
 	// OnRecorded is given the cell as its history records it (nil: skipped).
 	OnRecorded func(api.Cell)
+	// Unrecorded keeps the cell out of the history: the daemon's own
+	// cells (a pool's warm-up), which the sandbox's user never ran.
+	Unrecorded bool
 }
 
 // RunCode runs a cell in a context of a sandbox (SPEC §4).

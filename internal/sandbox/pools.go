@@ -203,7 +203,7 @@ func (m *Manager) warmContexts(ctx context.Context, id string) {
 		if c.Language == "python" {
 			req.Env = map[string]string{"FORKBOX_POOL_WARMUP": "1"}
 		}
-		if _, err := m.RunCode(ctx, id, req, CodeOptions{}); err != nil {
+		if _, err := m.RunCode(ctx, id, req, CodeOptions{Unrecorded: true}); err != nil {
 			m.log.Debug("warm pool context", "sandbox", id, "context", c.ID, "err", err)
 		}
 	}

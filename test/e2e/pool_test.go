@@ -64,6 +64,10 @@ func TestWarmPool(t *testing.T) {
 		if sb.Name != name || sb.Labels["user"] != name {
 			t.Fatalf("pool sandbox %d: %+v", i, sb)
 		}
+		// The pool's warm-up cell is not the user's: no history yet.
+		if cells, err := shared.c.Cells(ctxT(t), sb.ID); err != nil || len(cells.Cells) != 0 {
+			t.Fatalf("pool sandbox %d's cell history before any call: %+v, %v", i, cells, err)
+		}
 		if got := mainResult(t, runCode(t, shared, name, py("pd.__version__"))); !strings.HasPrefix(got, "'") {
 			t.Fatalf("pool sandbox %d: pd.__version__ = %s", i, got)
 		}
