@@ -419,8 +419,10 @@ func (n *Node) RouteSandbox(w http.ResponseWriter, r *http.Request, ref string) 
 	}
 	if owner != nil && n.up(owner, time.Now()) {
 		// A suspended session whose node has no room for it now resumes
-		// on a node that has.
-		if sb.State == api.StateSuspended {
+		// on a node that has (not for a look at it or its delete, which
+		// resume nothing).
+		self := strings.HasSuffix(strings.TrimSuffix(r.URL.Path, "/"), "/"+url.PathEscape(ref))
+		if sb.State == api.StateSuspended && !self && r.Method != http.MethodDelete {
 			if to := n.roomFor(ctx, sb, owner); to != nil {
 				moved, err := n.mgr.Move(context.WithoutCancel(ctx), sb.ID, owner.ID, to.ID)
 				if err != nil {

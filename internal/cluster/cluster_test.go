@@ -256,6 +256,12 @@ func (o *owner) record(r *http.Request, body []byte) {
 		auth: r.Header.Get("Authorization"), fwd: r.Header.Get(ForwardedHeader), host: r.Host, body: body})
 }
 
+func (o *owner) reset() {
+	o.mu.Lock()
+	o.calls = nil
+	o.mu.Unlock()
+}
+
 func (o *owner) seen() []recorded {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -1129,6 +1135,11 @@ func TestRouteMovesSuspendedSessionToRoom(t *testing.T) {
 			st.putSandbox(store.Sandbox{ID: "sbx_1", State: api.StateSuspended, Node: "b", Spec: store.Spec{MemoryMB: 2048}})
 			mgr := &fakeManager{id: "a"}
 			n := newTestNode(t, "a", "http://a.invalid", st, mgr, "")
+			// A look at it moves nothing.
+			if _, _, err := route(n, http.MethodGet, "/v1/sandboxes/sbx_1", nil, nil); err != nil || len(mgr.moves) != 0 {
+				t.Fatalf("GET of the sandbox: moves %v, err %v", mgr.moves, err)
+			}
+			ownerSrv.reset()
 			_, handled, err := route(n, http.MethodPost, "/v1/sandboxes/sbx_1/code", strings.NewReader(`{"code":"x"}`), nil)
 			if err != nil {
 				t.Fatal(err)
