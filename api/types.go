@@ -15,7 +15,8 @@ const (
 	StateTerminated = "terminated"
 	StateError      = "error"
 	// StateLost: the sandbox was running on a node of a cluster that
-	// stopped answering; its processes are gone with the node.
+	// stopped answering; its processes are gone with the node (should the
+	// node come back with them, it is running again).
 	StateLost = "lost"
 )
 

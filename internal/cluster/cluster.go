@@ -163,6 +163,22 @@ func (n *Node) ID() string { return n.cfg.NodeID }
 // Start registers the node (refusing an id that a live node at another
 // address holds) and starts its heartbeat.
 func (n *Node) Start(ctx context.Context) error {
+	if n.started.IsZero() {
+		if err := n.Announce(ctx); err != nil {
+			return err
+		}
+	}
+	n.done = make(chan struct{})
+	go n.loop()
+	return nil
+}
+
+// Announce registers the node (refusing an id that a live node at another
+// address holds) with one heartbeat, without starting the loop: a daemon
+// announces itself before it reconciles its sandboxes, so that no other
+// node, seeing it down, settles them meanwhile. Start announces if this
+// was not called.
+func (n *Node) Announce(ctx context.Context) error {
 	if old, err := n.st.GetNode(ctx, n.cfg.NodeID); err == nil {
 		if n.up(old, time.Now()) && old.Address != n.cfg.Advertise {
 			return fmt.Errorf("node id %q is taken by a node that is up at %s (last heartbeat %s ago): give this one another --node-id",
@@ -176,8 +192,6 @@ func (n *Node) Start(ctx context.Context) error {
 		return fmt.Errorf("register node %s: %w", n.cfg.NodeID, err)
 	}
 	n.log.Info("node registered", "node", n.cfg.NodeID, "address", n.cfg.Advertise, "timeout", n.cfg.Timeout)
-	n.done = make(chan struct{})
-	go n.loop()
 	return nil
 }
 
@@ -416,6 +430,13 @@ func (n *Node) RouteSandbox(w http.ResponseWriter, r *http.Request, ref string) 
 	owner, err := n.lookup(ctx, sb.Node)
 	if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 		return false, err
+	}
+	if owner != nil && !n.up(owner, time.Now()) {
+		// Down as of the cached list: read it again before acting on it
+		// (it may have just come back).
+		if x, err := n.st.GetNode(ctx, sb.Node); err == nil {
+			owner = x
+		}
 	}
 	if owner != nil && n.up(owner, time.Now()) {
 		// A suspended session whose node has no room for it now resumes

@@ -325,15 +325,22 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		}
 		mgr.SetCRIU(h, "")
 	}
-	if err := mgr.Start(ctx); err != nil {
-		return nil, fmt.Errorf("reconcile sandboxes: %w", err)
-	}
-	d.mgr = mgr
 	if cfg.clustered() {
+		// Announced before the reconcile: other nodes must not take this
+		// one for down (and settle its sandboxes) while it adopts them.
 		if d.node, err = cluster.New(cluster.Config{NodeID: cfg.NodeID, Advertise: cfg.Advertise, Timeout: cfg.NodeTimeout,
 			OnLost: cfg.OnNodeLost, Logger: log}, d.store, mgr); err != nil {
 			return nil, err
 		}
+		if err := d.node.Announce(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if err := mgr.Start(ctx); err != nil {
+		return nil, fmt.Errorf("reconcile sandboxes: %w", err)
+	}
+	d.mgr = mgr
+	if d.node != nil {
 		if err := d.node.Start(ctx); err != nil {
 			return nil, err
 		}

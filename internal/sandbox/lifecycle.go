@@ -41,6 +41,23 @@ func (m *Manager) Start(ctx context.Context) error {
 			continue
 		}
 		switch sb.State {
+		case api.StateLost:
+			// Another node gave up on this one while it was unreachable (a
+			// restart slower than the node timeout, a partition). If its
+			// processes are still here, the sandbox is running again.
+			if info.PID > 0 && m.rt.Adopt(ctx, sb.ID, info) == nil {
+				l := m.track(sb, info)
+				if l.agent.Health(ctx) == nil {
+					if _, err := m.setState(ctx, sb.ID, api.StateRunning, "its node answers again and its processes survived", nil); err == nil {
+						m.log.Info("sandbox marked lost is running again", "sandbox", sb.ID)
+						continue
+					}
+				}
+				m.untrack(sb.ID)
+			}
+			if err := m.rt.Destroy(ctx, sb.ID, info); err != nil {
+				m.log.Error("clean up lost sandbox", "sandbox", sb.ID, "err", err)
+			}
 		case api.StateRunning:
 			if err := m.rt.Adopt(ctx, sb.ID, info); err == nil {
 				l := m.track(sb, info)
@@ -55,9 +72,8 @@ func (m *Manager) Start(ctx context.Context) error {
 			} else {
 				m.setError(ctx, sb.ID, "sandbox processes were lost while the daemon was down: "+err.Error())
 			}
-		case api.StateError, api.StateLost:
-			// Already marked (lost: by another node while this one was
-			// unreachable); make sure nothing is left behind.
+		case api.StateError:
+			// Already marked; make sure nothing is left behind.
 			if err := m.rt.Destroy(ctx, sb.ID, info); err != nil {
 				m.log.Error("clean up errored sandbox", "sandbox", sb.ID, "err", err)
 			}

@@ -670,9 +670,13 @@ func (m *Manager) terminate(ctx context.Context, id, reason string, o lockOpts) 
 	} else if info, err = runtime.UnmarshalInfo(sb.Runtime); err != nil {
 		return nil, fmt.Errorf("sandbox %s runtime record: %w", id, err)
 	}
-	if err := m.rt.Destroy(ctx, id, info); err != nil {
-		// Leave the row live so that a retry (or the next start) cleans up.
-		return nil, fmt.Errorf("terminate sandbox %s: %w", id, err)
+	// Another node's (lost, suspended) sandbox holds nothing here; what it
+	// left on its node, that node frees when it comes back (reconcile).
+	if !m.elsewhere(sb) {
+		if err := m.rt.Destroy(ctx, id, info); err != nil {
+			// Leave the row live so that a retry (or the next start) cleans up.
+			return nil, fmt.Errorf("terminate sandbox %s: %w", id, err)
+		}
 	}
 	now := m.now().UTC()
 	var suspendImage string

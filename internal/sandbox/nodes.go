@@ -113,6 +113,12 @@ func (m *Manager) NodeLost(ctx context.Context, node string, heartbeat time.Time
 		return 0, 0, nil
 	}
 	ctx = tenant.Unscoped(ctx)
+	// Gone no longer? (A restart slower than the timeout comes back.)
+	if ns, ok := m.store.(store.NodeStore); ok {
+		if x, err := ns.GetNode(ctx, node); err == nil && x.HeartbeatAt.After(heartbeat) {
+			return 0, 0, nil
+		}
+	}
 	list, err := m.store.List(ctx, store.ListFilter{Node: node})
 	if err != nil {
 		return 0, 0, err
@@ -147,9 +153,10 @@ func (m *Manager) NodeLost(ctx context.Context, node string, heartbeat time.Time
 				return nil
 			}
 			s.State = api.StateLost
-			s.StateReason = fmt.Sprintf("node %s stopped answering (last heartbeat %s) while the sandbox was %s; its processes are gone with it",
+			s.StateReason = fmt.Sprintf("node %s stopped answering (last heartbeat %s) while the sandbox was %s; its processes are gone with it, unless the node comes back with them",
 				node, heartbeat.UTC().Format(time.RFC3339), s.State)
-			s.Runtime = nil
+			// Runtime is kept: the node, should it come back with the
+			// processes, adopts them from it (reconcile).
 			return nil
 		})
 		switch {

@@ -20,7 +20,7 @@ var transitions = map[string][]string{
 	api.StateSuspended:  {api.StateResuming, api.StateTerminated, api.StateError},
 	api.StateResuming:   {api.StateRunning, api.StateSuspended, api.StateError, api.StateTerminated, api.StateLost},
 	api.StateError:      {api.StateTerminated},
-	api.StateLost:       {api.StateTerminated},
+	api.StateLost:       {api.StateTerminated, api.StateRunning}, // running: its node came back with it (reconcile)
 	api.StateTerminated: {},
 }
 

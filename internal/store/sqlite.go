@@ -217,11 +217,32 @@ func OpenSQLite(ctx context.Context, path string) (*SQLite, error) {
 	// One writer at a time is SQLite's model; a small pool lets reads overlap.
 	db.SetMaxOpenConns(4)
 	s := &SQLite{db: db}
-	if err := s.migrate(ctx); err != nil {
+	// Processes opening a fresh database at once race to switch it to WAL
+	// and create its tables; SQLite answers the loser SQLITE_BUSY at once
+	// (without waiting out busy_timeout) where waiting could deadlock, so
+	// the loser tries again.
+	for attempt := 0; ; attempt++ {
+		err = s.migrate(ctx)
+		if err == nil || !isBusy(err) || attempt == 50 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			db.Close()
+			return nil, ctx.Err()
+		case <-time.After(time.Duration(10+attempt*10) * time.Millisecond):
+		}
+	}
+	if err != nil {
 		db.Close()
 		return nil, err
 	}
 	return s, nil
+}
+
+// isBusy reports whether err is SQLite's "database is locked".
+func isBusy(err error) bool {
+	return err != nil && (strings.Contains(err.Error(), "SQLITE_BUSY") || strings.Contains(err.Error(), "database is locked"))
 }
 
 // sqliteURI turns a file path into the SQLite URI filename that names it. In

@@ -10,8 +10,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -140,17 +142,25 @@ func TestCluster(t *testing.T) {
 	if err != nil || len(list.Sandboxes) != 1 || list.Sandboxes[0].Node != "a" {
 		t.Fatalf("list from c: %+v, %v", list, err)
 	}
-	// A sandbox left running on A, to be lost with it.
+	// Sandboxes left running on A, to be lost with it: one whose processes
+	// die with the host, one whose processes outlive the daemon (as in a
+	// partition, or a restart slower than the node timeout).
 	doomed, err := c.c.CreateSandbox(ctx, api.CreateSandboxRequest{Node: "a"})
 	if err != nil {
 		t.Fatal(err)
 	}
+	survivor, err := c.c.CreateSandbox(ctx, api.CreateSandboxRequest{Node: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runPy(t, c, survivor.ID, "w = 'survived'")
 
 	// Suspended on A (through C), then A dies.
 	if sb, err := c.c.Suspend(ctx, "sess"); err != nil || sb.State != api.StateSuspended {
 		t.Fatalf("suspend through c: %+v, %v", sb, err)
 	}
 	a.kill9()
+	killSandboxProcesses(t, doomed.ID)
 	// The host is gone: so is its data dir (its claims on user namespace
 	// id ranges with it; on real hosts they are per host anyway).
 	if err := os.Rename(a.dataDir, a.dataDir+".gone"); err != nil {
@@ -169,18 +179,21 @@ func TestCluster(t *testing.T) {
 	if got, err := b.c.ReadFile(ctx, "sess", "/workspace/notes.txt"); err != nil || string(got) != "kept across nodes\n" {
 		t.Fatalf("file after the move, read through b: %q, %v", got, err)
 	}
-	// The running one is reported lost, never silently gone.
-	lost, err := b.c.GetSandbox(ctx, doomed.ID)
-	if err != nil || lost.State != api.StateLost || !strings.Contains(lost.StateReason, "node a") {
-		t.Fatalf("sandbox running on the dead node: %+v, %v", lost, err)
-	}
-	if _, err := b.c.Exec(ctx, doomed.ID, api.ExecRequest{Cmd: "true"}); err == nil {
-		t.Fatal("exec in a lost sandbox succeeded")
+	// The running ones are reported lost, never silently gone.
+	for _, id := range []string{doomed.ID, survivor.ID} {
+		lost, err := b.c.GetSandbox(ctx, id)
+		if err != nil || lost.State != api.StateLost || !strings.Contains(lost.StateReason, "node a") {
+			t.Fatalf("sandbox running on the dead node: %+v, %v", lost, err)
+		}
+		if _, err := b.c.Exec(ctx, id, api.ExecRequest{Cmd: "true"}); err == nil {
+			t.Fatal("exec in a lost sandbox succeeded")
+		}
 	}
 
-	// The host comes back (here its sandbox's processes outlived its
-	// daemon, as in a network partition): its node frees what the lost
-	// sandbox held and leaves the session that moved on alone.
+	// The host comes back: its node frees what the lost sandbox whose
+	// processes died held (it stays lost), adopts the one whose processes
+	// survived (running again, its variables kept), and leaves the session
+	// that moved on alone.
 	if err := os.Rename(a.dataDir+".gone", a.dataDir); err != nil {
 		t.Fatal(err)
 	}
@@ -190,6 +203,12 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("the lost sandbox after its node came back: %+v, %v", sb, err)
 	}
 	assertNoLeaks(t, a, doomed.ID)
+	if sb, err := c.c.GetSandbox(ctx, survivor.ID); err != nil || sb.State != api.StateRunning || sb.Node != "a" {
+		t.Fatalf("the surviving sandbox after its node came back: %+v, %v", sb, err)
+	}
+	if got := runPy(t, c, survivor.ID, "w"); got != "'survived'" {
+		t.Fatalf("w in the surviving sandbox = %q", got)
+	}
 	if sb, err := a.c.DeleteSandbox(ctx, doomed.ID); err != nil || sb.State != api.StateTerminated {
 		t.Fatalf("delete a lost sandbox: %+v, %v", sb, err)
 	}
@@ -407,6 +426,29 @@ except OSError as e:
 		if sb, err := b2.c.GetSandbox(ctx, keep.ID); err != nil || sb.Node != "b" || sb.State != api.StateRunning {
 			t.Fatalf("after the restart: %+v, %v", sb, err)
 		}
+		// A restart slower than the node timeout: the others take b for
+		// down and report its sandbox lost meanwhile; b, back, finds it
+		// alive and runs it again.
+		b2.stop()
+		waitNodes(t, c, map[string]string{"b": api.NodeDown})
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			sb, err := c.c.GetSandbox(ctx, keep.ID)
+			if err == nil && sb.State == api.StateLost {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the sandbox of a node that is down: %+v, %v", sb, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		clusterNode(t, tn, 1, dir, dsn, blobs)
+		if got := runPy(t, c, keep.ID, "y"); got != "'still here'" {
+			t.Fatalf("y after b came back late = %q", got)
+		}
+		if sb, err := c.c.GetSandbox(ctx, keep.ID); err != nil || sb.Node != "b" || sb.State != api.StateRunning {
+			t.Fatalf("after the late restart: %+v, %v", sb, err)
+		}
 		c.c.DeleteSandbox(ctx, keep.ID)
 	})
 }
@@ -493,6 +535,27 @@ func TestBlobsCheckpointCrash(t *testing.T) {
 	}
 	if got := runPy(t, d, fork.ID, "v"); got != "7" {
 		t.Fatalf("v in the restore = %q", got)
+	}
+}
+
+// killSandboxProcesses kills every process of sandbox id, as the death of
+// its host would.
+func killSandboxProcesses(t *testing.T, id string) {
+	t.Helper()
+	procs, _ := filepath.Glob("/proc/[0-9]*/cgroup")
+	n := 0
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil || !strings.Contains(string(b), "/"+id) {
+			continue
+		}
+		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		if err == nil && syscall.Kill(pid, syscall.SIGKILL) == nil {
+			n++
+		}
+	}
+	if n == 0 {
+		t.Fatalf("no process of sandbox %s to kill", id)
 	}
 }
 
