@@ -54,6 +54,10 @@ type Defaults struct {
 const maxTimeoutSecs = 7 * 24 * 3600
 
 // DefaultDefaults are forkbox's built-in defaults.
+// minPIDsLimit is the smallest pids_limit: room for the sandbox's init and
+// agent (up to ~20 threads) and a little more.
+const minPIDsLimit = 64
+
 var DefaultDefaults = Defaults{CPUs: 1, MemoryMB: 1024, DiskMB: 2048, PIDsLimit: 512, TimeoutSecs: 300}
 
 // Runtime is what the Manager needs from the isolation layer.
@@ -293,7 +297,11 @@ func (m *Manager) validate(req *api.CreateSandboxRequest) (store.Spec, error) {
 	}{
 		{"memory_mb", req.MemoryMB, 64, 65536, &spec.MemoryMB},
 		{"disk_mb", req.DiskMB, 64, 1 << 20, &spec.DiskMB},
-		{"pids_limit", req.PIDsLimit, 16, 32768, &spec.PIDsLimit},
+		// pids_limit is the cgroup's: forkbox's own init and agent (Go,
+		// a thread per blocking system call) count too, and at 16 they
+		// sometimes did not fit (a create answered 500; found by the
+		// random driver).
+		{"pids_limit", req.PIDsLimit, minPIDsLimit, 32768, &spec.PIDsLimit},
 		{"timeout_secs", req.TimeoutSecs, 1, maxTimeoutSecs, &spec.TimeoutSecs},
 		{"max_lifetime_secs", req.MaxLifetimeSecs, 0, 365 * 24 * 3600, &spec.MaxLifetimeSecs},
 	}

@@ -492,11 +492,15 @@ func (m *Manager) Fork(ctx context.Context, ref string, req *api.ForkRequest) (*
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		// All or nothing: remove the branches that did start.
+		// All or nothing: remove the branches that did start, and the
+		// snapshot taken for them (the caller never learns its id).
 		for _, sb := range res.Sandboxes {
 			if sb.ID != "" {
 				m.Delete(context.WithoutCancel(ctx), sb.ID)
 			}
+		}
+		if derr := m.DeleteSnapshot(context.WithoutCancel(ctx), sn.ID); derr != nil {
+			m.log.Warn("remove the snapshot of a failed fork", "snapshot", sn.ID, "err", derr)
 		}
 		return nil, fmt.Errorf("fork: %w", err)
 	}

@@ -583,7 +583,7 @@ func rhCreateSandboxBody(g *rhGen) rhBody {
 		{"cpus", func(g *rhGen) any { return g.num(0.5, 1, 2, 0.1, 64, 0.05) }},
 		{"memory_mb", func(g *rhGen) any { return g.num(256, 512, 64, 65536, 63) }},
 		{"disk_mb", func(g *rhGen) any { return g.num(256, 1024, 64, 1<<20, 63) }},
-		{"pids_limit", func(g *rhGen) any { return g.num(64, 256, 16, 32768, 15) }},
+		{"pids_limit", func(g *rhGen) any { return g.num(64, 256, 32768, 63, 16) }},
 		{"timeout_secs", func(g *rhGen) any { return g.num(1, 5, 60, 600, 0, 7*24*3600+1) }},
 		{"max_lifetime_secs", func(g *rhGen) any { return g.num(0, 2, 30, 3600, -1) }},
 		{"allow_internet_access", func(g *rhGen) any { return g.num(true, false) }},

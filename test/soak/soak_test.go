@@ -527,7 +527,15 @@ func (w *worker) snapOf(typ string) *snap {
 	return out[w.pick(len(out))]
 }
 
+// soakDiskMB is the disk of the soak's sandboxes: what they write is small,
+// and at the default 2 GiB the promises of ~20 live sandboxes approach the
+// free space of a CI machine, where creates are then refused for room.
+var soakDiskMB int64 = 512
+
 func (w *worker) create(op string, req api.CreateSandboxRequest) *box {
+	if req.DiskMB == nil {
+		req.DiskMB = &soakDiskMB
+	}
 	var b *box
 	w.op(op, nil, func(ctx context.Context) error {
 		sb, err := w.c().CreateSandbox(ctx, req)
