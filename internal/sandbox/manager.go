@@ -53,11 +53,11 @@ type Defaults struct {
 // maxTimeoutSecs bounds a sandbox's idle timeout (a week).
 const maxTimeoutSecs = 7 * 24 * 3600
 
-// DefaultDefaults are forkbox's built-in defaults.
 // minPIDsLimit is the smallest pids_limit: room for the sandbox's init and
 // agent (up to ~20 threads) and a little more.
 const minPIDsLimit = 64
 
+// DefaultDefaults are forkbox's built-in defaults.
 var DefaultDefaults = Defaults{CPUs: 1, MemoryMB: 1024, DiskMB: 2048, PIDsLimit: 512, TimeoutSecs: 300}
 
 // Runtime is what the Manager needs from the isolation layer.
