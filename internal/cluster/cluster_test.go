@@ -1049,19 +1049,24 @@ func TestPlaceByFreeMemory(t *testing.T) {
 				st.putNode(x)
 			}
 			n := newTestNode(t, "a", "http://a", st, &fakeManager{id: "a"}, "")
-			got, err := n.place(context.Background(), &api.CreateSandboxRequest{Image: "x"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			id := ""
-			if got != nil {
-				id = got.ID
-			}
-			if id != tc.want {
+			if id := placedOn(t, n, &api.CreateSandboxRequest{Image: "x"}); id != tc.want {
 				t.Fatalf("placed on %q, want %q", id, tc.want)
 			}
 		})
 	}
+}
+
+// placedOn is the node place picks for req ("" for this one).
+func placedOn(t *testing.T, n *Node, req *api.CreateSandboxRequest) string {
+	t.Helper()
+	got, err := n.place(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got == nil {
+		return ""
+	}
+	return got.ID
 }
 
 // A restore prefers the node that took its snapshot (its files are likely
@@ -1090,15 +1095,7 @@ func TestPlaceRestoreNearItsSnapshot(t *testing.T) {
 			st.putSandbox(store.Sandbox{ID: "sbx_src", State: api.StateRunning, Node: tc.snapNode})
 			st.snaps["snap_1"] = store.Snapshot{ID: "snap_1", SandboxID: "sbx_src"}
 			n := newTestNode(t, "a", "http://a", st, &fakeManager{id: "a"}, "")
-			got, err := n.place(context.Background(), &api.CreateSandboxRequest{SnapshotID: "snap_1"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			id := ""
-			if got != nil {
-				id = got.ID
-			}
-			if id != tc.want {
+			if id := placedOn(t, n, &api.CreateSandboxRequest{SnapshotID: "snap_1"}); id != tc.want {
 				t.Fatalf("placed on %q, want %q", id, tc.want)
 			}
 		})
