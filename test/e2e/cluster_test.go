@@ -38,8 +38,15 @@ func clusterNode(t *testing.T, tn *testnet.Net, i int, dir, dsn, blobs string, e
 	d := &daemon{dataDir: filepath.Join(dir, "node-"+id), addr: tn.Addrs[i] + ":8080", netns: tn.Namespaces[i],
 		env:  []string{"FORKBOX_API_KEY=" + clusterKey},
 		args: append([]string{"--store", dsn, "--blobs", blobs, "--node-id", id, "--node-timeout", "3s"}, extra...)}
+	return startUntilCleanup(t, d)
+}
+
+// startUntilCleanup starts d; when t ends, d's sandboxes are deleted and
+// it is stopped, unless it already exited (a test that killed it).
+func startUntilCleanup(t *testing.T, d *daemon) *daemon {
+	t.Helper()
 	if err := d.start(); err != nil {
-		t.Fatalf("start node %s: %v", id, err)
+		t.Fatalf("start daemon %s: %v", d.addr, err)
 	}
 	t.Cleanup(func() {
 		select {
@@ -468,19 +475,7 @@ func TestBlobsCheckpointCrash(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		d := &daemon{dataDir: filepath.Join(dir, "data"), addr: addr, env: env, args: []string{"--blobs", blobs, "--blob-gc-grace", "0s"}}
-		if err := d.start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			select {
-			case <-d.exited:
-			default:
-				d.deleteAll()
-				d.stop()
-			}
-		})
-		return d
+		return startUntilCleanup(t, &daemon{dataDir: filepath.Join(dir, "data"), addr: addr, env: env, args: []string{"--blobs", blobs, "--blob-gc-grace", "0s"}})
 	}
 	d := start()
 	ctx := ctxT(t)
