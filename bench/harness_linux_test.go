@@ -193,7 +193,14 @@ func startDaemonWith(b *testing.B, o daemonOpts) *daemon {
 			b.Fatal(err)
 		}
 	}
-	args := append([]string{"serve", "--listen", addr, "--data-dir", filepath.Join(dir, "data")}, o.args...)
+	args := []string{"serve", "--listen", addr, "--data-dir", filepath.Join(dir, "data")}
+	// The default pool is off unless a benchmark turns it on: its ready
+	// sandboxes would serve the creates other benchmarks time as cold
+	// ones, and their kernels starting in the background are load.
+	if !slices.ContainsFunc(o.args, func(a string) bool { return strings.HasPrefix(a, "--default-pool") }) {
+		args = append(args, "--default-pool=0")
+	}
+	args = append(args, o.args...)
 	if o.debug {
 		args = append(args, "--debug")
 	}

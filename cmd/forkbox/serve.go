@@ -104,6 +104,12 @@ func addServeFlags(cmd *cobra.Command, cfg *daemon.Config, debug *bool) {
 		"what stopping the daemon does with running sandboxes: suspend (named sessions to disk, the others terminated; nothing lost, nothing left running), keep (all keep running for the next start to adopt: restarts and upgrades under a service manager), terminate (env FORKBOX_ON_EXIT)")
 	cmd.Flags().DurationVar(&cfg.LockWait, "lock-wait", lockWait,
 		"longest a call waits for a sandbox that another operation (a suspend, resume, checkpoint, create) holds before it answers 409 busy (env FORKBOX_LOCK_WAIT)")
+	defPool := sandbox.DefaultPoolSize
+	if v, err := strconv.Atoi(os.Getenv("FORKBOX_DEFAULT_POOL")); err == nil && v >= 0 {
+		defPool = v
+	}
+	cmd.Flags().IntVar(&cfg.DefaultPool, "default-pool", defPool,
+		"how many ready sandboxes of the default image, each with its Python kernel started, the daemon keeps so that a plain create's first cell answers at once; 0 turns it off (env FORKBOX_DEFAULT_POOL)")
 	addClusterFlags(cmd, cfg)
 }
 

@@ -75,6 +75,12 @@ func (c *Client) CreateContext(ctx context.Context, req *CreateContextRequest) (
 	return &out, c.jsonCall(ctx, http.MethodPost, "/contexts", req, &out)
 }
 
+// Prestart starts a language's default kernel ahead of its first cell,
+// hidden from the context list until that cell (a warm pool's sandboxes).
+func (c *Client) Prestart(ctx context.Context, language string) error {
+	return c.jsonCall(ctx, http.MethodPost, "/contexts/prestart", &PrestartRequest{Language: language}, nil)
+}
+
 // ListContexts lists the sandbox's code contexts.
 func (c *Client) ListContexts(ctx context.Context) ([]api.Context, error) {
 	var out []api.Context

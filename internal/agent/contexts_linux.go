@@ -43,6 +43,10 @@ type codeContext struct {
 	env       []string
 	isDefault bool
 	created   time.Time
+	// hidden: started ahead by a warm pool (handlePrestart) and not yet
+	// used; such a context is not listed and answers to no id, as in a
+	// new sandbox, until the first call for the default context.
+	hidden bool
 
 	mu   sync.Mutex // guards k and lastCount; held while a kernel starts
 	k    *kernel.Kernel
@@ -274,6 +278,9 @@ func (s *server) resolveContext(ref, language string) (*codeContext, error) {
 	if ref != "" && ref != "default" {
 		s.ctxs.mu.Lock()
 		c := s.ctxs.byID[ref]
+		if c != nil && c.hidden {
+			c = nil
+		}
 		s.ctxs.mu.Unlock()
 		if c == nil {
 			return nil, errdefs.NotFound("context %q not found", ref)
@@ -294,11 +301,65 @@ func (s *server) resolveContext(ref, language string) (*codeContext, error) {
 	s.ctxs.mu.Lock()
 	defer s.ctxs.mu.Unlock()
 	if c := s.ctxs.byID[id]; c != nil {
+		if c.hidden {
+			// First use of a kernel a warm pool started: from now on it
+			// is the context a new sandbox would have made just now.
+			c.hidden = false
+			c.created = time.Now().UTC()
+		}
 		return c, nil
 	}
 	c := &codeContext{id: id, spec: spec, cwd: s.cfg.WorkDir, isDefault: true, created: time.Now().UTC()}
 	s.ctxs.byID[id] = c
 	return c, nil
+}
+
+// handlePrestart starts the kernel of a language's default context ahead of
+// its first cell, for a warm pool: the context stays hidden (unlisted, no
+// id answers to it) until a call uses the default context, so a sandbox
+// handed out from the pool looks like a new one whose first cell starts at
+// once. A silent empty cell warms the path a first cell takes. Prestarting
+// a default context that exists already is a no-op.
+func (s *server) handlePrestart(w http.ResponseWriter, r *http.Request) {
+	var req PrestartRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		writeError(w, errdefs.InvalidArgument("bad prestart request: %v", err))
+		return
+	}
+	if req.Language == "" {
+		req.Language = "python"
+	}
+	spec, err := s.resolveSpec(req.Language)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	id := "default-" + spec.Name
+	s.ctxs.mu.Lock()
+	c := s.ctxs.byID[id]
+	if c == nil {
+		c = &codeContext{id: id, spec: spec, cwd: s.cfg.WorkDir, isDefault: true, hidden: true, created: time.Now().UTC()}
+		s.ctxs.byID[id] = c
+	}
+	hidden := c.hidden
+	s.ctxs.mu.Unlock()
+	if !hidden {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	k, err := s.ensureKernel(r.Context(), c)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	// Empty code runs nothing and leaves execution_count alone; for
+	// Python a silent setup and teardown run real code around it.
+	setup, teardown, _ := envAround(c.spec, map[string]string{"FORKBOX_PRESTART": "1"})
+	if _, err := k.ExecuteAround(r.Context(), setup, "", teardown, func(kernel.Event) {}); err != nil {
+		writeError(w, fmt.Errorf("warm %s kernel: %w", c.spec.Name, err))
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // resolveSpec finds the kernelspec for a language or kernel name; an unknown
@@ -391,7 +452,9 @@ func (s *server) handleListContexts(w http.ResponseWriter, r *http.Request) {
 	s.ctxs.mu.Lock()
 	list := make([]*codeContext, 0, len(s.ctxs.byID))
 	for _, c := range s.ctxs.byID {
-		list = append(list, c)
+		if !c.hidden {
+			list = append(list, c)
+		}
 	}
 	s.ctxs.mu.Unlock()
 	out := make([]api.Context, 0, len(list))
@@ -406,6 +469,9 @@ func (s *server) contextByPath(w http.ResponseWriter, r *http.Request) *codeCont
 	id := r.PathValue("id")
 	s.ctxs.mu.Lock()
 	c := s.ctxs.byID[id]
+	if c != nil && c.hidden {
+		c = nil
+	}
 	s.ctxs.mu.Unlock()
 	if c == nil {
 		writeError(w, errdefs.NotFound("context %q not found", id))

@@ -154,6 +154,12 @@ type CreateContextRequest struct {
 	Env      []string `json:"env,omitempty"`
 }
 
+// PrestartRequest starts a language's default kernel ahead of its first
+// cell ("": python), hidden until that cell.
+type PrestartRequest struct {
+	Language string `json:"language,omitempty"`
+}
+
 // CodeRequest runs a cell in a context ("" or "default": the language's default).
 type CodeRequest struct {
 	Code      string            `json:"code"`

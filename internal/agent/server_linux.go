@@ -160,6 +160,7 @@ func (s *server) routes() http.Handler {
 	mux.HandleFunc("POST /watch", s.handleWatch)
 	mux.HandleFunc("POST /code", s.handleCode)
 	mux.HandleFunc("POST /contexts", s.handleCreateContext)
+	mux.HandleFunc("POST /contexts/prestart", s.handlePrestart)
 	mux.HandleFunc("GET /contexts", s.handleListContexts)
 	mux.HandleFunc("DELETE /contexts/{id}", s.handleDeleteContext)
 	mux.HandleFunc("POST /contexts/{id}/interrupt", s.handleInterruptContext)

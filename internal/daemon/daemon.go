@@ -56,6 +56,9 @@ type Config struct {
 	// LockWait bounds every wait for a busy sandbox (default
 	// sandbox.DefaultLockWait).
 	LockWait time.Duration
+	// DefaultPool is how many ready sandboxes the default pool keeps
+	// (0: none; package sandbox, defaultpool.go).
+	DefaultPool int
 	// UsernsFirst and UsernsCount choose the host ids that sandboxes' user
 	// namespaces map onto: UsernsCount ranges of 65536 from UsernsFirst
 	// (defaults userns.DefaultFirst and userns.DefaultCount).
@@ -306,6 +309,9 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		mgr.SetNode(cfg.NodeID)
 	}
 	mgr.SetLockWait(cfg.LockWait)
+	if err := mgr.SetDefaultPool(cfg.DefaultPool); err != nil {
+		return nil, fmt.Errorf("--default-pool: %w", err)
+	}
 	mgr.SetQuotaSource(d.store)
 	mgr.SetCellStore(d.store)
 	mgr.SetSandboxesDir(filepath.Join(cfg.DataDir, "sandboxes"))

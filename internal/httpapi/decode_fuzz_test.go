@@ -237,6 +237,7 @@ func (fuzzRuntime) Destroy(context.Context, string, *runtime.Info) error   { ret
 func (fuzzRuntime) Usage(string) runtime.Usage                             { return runtime.Usage{} }
 func (fuzzRuntime) OOMKills(string) int64                                  { return 0 }
 func (fuzzRuntime) SetEgress(string, *runtime.Info, netsetup.Policy) error { return nil }
+func (fuzzRuntime) SetHostname(string, *runtime.Info, string) error        { return nil }
 func (fuzzRuntime) DialPort(context.Context, string, *runtime.Info, int) (net.Conn, error) {
 	return nil, errors.New("no sandboxes here")
 }

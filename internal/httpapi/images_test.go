@@ -48,6 +48,7 @@ func (nopRuntime) Destroy(context.Context, string, *runtime.Info) error   { retu
 func (nopRuntime) Usage(string) runtime.Usage                             { return runtime.Usage{} }
 func (nopRuntime) OOMKills(string) int64                                  { return 0 }
 func (nopRuntime) SetEgress(string, *runtime.Info, netsetup.Policy) error { return nil }
+func (nopRuntime) SetHostname(string, *runtime.Info, string) error        { return nil }
 func (nopRuntime) DialPort(context.Context, string, *runtime.Info, int) (net.Conn, error) {
 	return nil, errors.New("no sandboxes here")
 }

@@ -859,6 +859,15 @@ func (r *Runtime) Usage(id string) Usage {
 	return u
 }
 
+// SetHostname renames a running sandbox (its UTS namespace): a warm pool's
+// sandbox takes the name it is handed out under.
+func (r *Runtime) SetHostname(id string, info *Info, name string) error {
+	if info == nil || info.PID <= 0 {
+		return fmt.Errorf("sandbox %s: no init process to rename", id)
+	}
+	return setHostname(info.PID, name)
+}
+
 // OOMKills is how many of a sandbox's processes the kernel has killed for
 // memory: Usage's OOMKills alone, for a caller that checks it around each
 // exec.

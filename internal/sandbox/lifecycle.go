@@ -104,6 +104,9 @@ func (m *Manager) Start(ctx context.Context) error {
 	if err := m.loadPools(ctx); err != nil {
 		return fmt.Errorf("load pools: %w", err)
 	}
+	if err := m.startDefaultPool(ctx); err != nil {
+		return fmt.Errorf("default pool: %w", err)
+	}
 	go m.reapLoop()
 	return nil
 }

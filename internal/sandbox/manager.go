@@ -71,6 +71,8 @@ type Runtime interface {
 	// SetEgress applies an egress policy to a running sandbox with
 	// internet access, recording it in info.
 	SetEgress(id string, info *runtime.Info, p netsetup.Policy) error
+	// SetHostname renames a running sandbox (its UTS namespace).
+	SetHostname(id string, info *runtime.Info, name string) error
 	// DialPort connects to a port on the sandbox's own loopback.
 	DialPort(ctx context.Context, id string, info *runtime.Info, port int) (net.Conn, error)
 }
@@ -121,6 +123,10 @@ type Manager struct {
 	mu    sync.Mutex
 	live  map[string]*live // running sandboxes by id
 	pools map[string]*pool
+	// defPool is the default pool (defaultpool.go; nil: off), of
+	// defPoolSize ready sandboxes.
+	defPool     *pool
+	defPoolSize int
 
 	stop     chan struct{}
 	done     chan struct{}
@@ -326,6 +332,11 @@ func (m *Manager) validate(req *api.CreateSandboxRequest) (store.Spec, error) {
 		}
 	}
 	for k, v := range req.Labels {
+		if k == PoolLabel || k == PoolReadyLabel || k == PoolImageLabel {
+			// Pools' own: a sandbox labelled so would pass for a
+			// pool's ready sandbox, and be handed to someone else.
+			return spec, errdefs.InvalidArgument("labels: %q is reserved for warm pools", k)
+		}
 		if k == "" || len(k) > 63 || len(v) > 255 || strings.ContainsAny(k, ":=,") {
 			return spec, errdefs.InvalidArgument("labels: %q: keys are 1-63 chars without ':', '=' or ',', values at most 255", k)
 		}
@@ -335,19 +346,42 @@ func (m *Manager) validate(req *api.CreateSandboxRequest) (store.Spec, error) {
 
 // Create validates req, records the sandbox and starts it.
 func (m *Manager) Create(ctx context.Context, req *api.CreateSandboxRequest) (*api.Sandbox, error) {
-	return m.create(ctx, req, false)
+	return m.create(ctx, req, createOpts{})
 }
 
-// create is Create; verified says that req's snapshot has just been checked
-// against its checksum by the caller (a fork's branches share one check).
-func (m *Manager) create(ctx context.Context, req *api.CreateSandboxRequest, verified bool) (*api.Sandbox, error) {
+// createOpts are what the daemon's own creates add to a request.
+type createOpts struct {
+	// verified: req's snapshot has just been checked against its
+	// checksum by the caller (a fork's branches share one check).
+	verified bool
+	// poolLabels mark a pool's new ready sandbox (labels no request may
+	// set); such a create is never served from a pool itself.
+	poolLabels map[string]string
+}
+
+// create is Create with the daemon's own options.
+func (m *Manager) create(ctx context.Context, req *api.CreateSandboxRequest, o createOpts) (*api.Sandbox, error) {
 	if req.Pool != "" {
 		return m.createFromPool(ctx, req)
+	}
+	if o.poolLabels == nil && m.defaultPoolFits(ctx, req) {
+		sb, err := m.createFromDefaultPool(ctx, req)
+		if sb != nil || err != nil {
+			return sb, err
+		}
 	}
 	spec, err := m.validate(req)
 	if err != nil {
 		return nil, err
 	}
+	if o.poolLabels != nil {
+		spec.Labels = maps.Clone(spec.Labels)
+		if spec.Labels == nil {
+			spec.Labels = map[string]string{}
+		}
+		maps.Copy(spec.Labels, o.poolLabels)
+	}
+	verified := o.verified
 	imgName := req.Image
 	var fromFS, snapID, criuDir string
 	var fromFSBase uint32
@@ -556,6 +590,9 @@ func (m *Manager) Get(ctx context.Context, ref string) (*api.Sandbox, error) {
 	if err != nil {
 		return nil, err
 	}
+	if hiddenMember(sb) {
+		return nil, errdefs.NotFound("sandbox %q not found", ref)
+	}
 	return m.view(sb), nil
 }
 
@@ -567,7 +604,9 @@ func (m *Manager) List(ctx context.Context, f store.ListFilter) ([]api.Sandbox, 
 	}
 	out := make([]api.Sandbox, 0, len(sbs))
 	for _, sb := range sbs {
-		out = append(out, *m.view(sb))
+		if !hiddenMember(sb) {
+			out = append(out, *m.view(sb))
+		}
 	}
 	return out, nil
 }
@@ -603,15 +642,16 @@ func (m *Manager) view(sb *store.Sandbox) *api.Sandbox {
 		if v.Usage == nil {
 			v.Usage = &api.Usage{}
 		}
-		v.Usage.RunningSeconds, v.Usage.SuspendedSeconds = m.stateTimes(sb.ID)
+		v.Usage.RunningSeconds, v.Usage.SuspendedSeconds = m.stateTimes(sb)
 	}
 	return v
 }
 
 // stateTimes adds up the seconds a sandbox spent running and suspended,
-// from its state history.
-func (m *Manager) stateTimes(id string) (running, suspended float64) {
-	evs, err := m.store.Events(context.Background(), id)
+// from its state history, since it was created (a sandbox handed out from
+// a pool was created then; its time in the pool is not its own).
+func (m *Manager) stateTimes(sb *store.Sandbox) (running, suspended float64) {
+	evs, err := m.store.Events(context.Background(), sb.ID)
 	if err != nil {
 		return 0, 0
 	}
@@ -621,7 +661,14 @@ func (m *Manager) stateTimes(id string) (running, suspended float64) {
 		if i+1 < len(evs) {
 			end = evs[i+1].At
 		}
-		d := end.Sub(e.At).Seconds()
+		start := e.At
+		if start.Before(sb.CreatedAt) {
+			start = sb.CreatedAt
+		}
+		if end.Before(start) {
+			continue
+		}
+		d := end.Sub(start).Seconds()
 		switch e.To {
 		case api.StateRunning:
 			running += d

@@ -13,10 +13,12 @@ import (
 type Metrics struct {
 	createSeconds  prometheus.Histogram
 	createFailures prometheus.Counter
-	execSeconds    prometheus.Histogram
-	codeSeconds    prometheus.Histogram
-	terminated     *prometheus.CounterVec
-	snapshots      *prometheus.CounterVec
+	// defaultPoolHits: creates served by the default pool.
+	defaultPoolHits prometheus.Counter
+	execSeconds     prometheus.Histogram
+	codeSeconds     prometheus.Histogram
+	terminated      *prometheus.CounterVec
+	snapshots       *prometheus.CounterVec
 }
 
 func newMetrics() *Metrics {
@@ -27,6 +29,9 @@ func newMetrics() *Metrics {
 		}),
 		createFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "forkbox_sandbox_create_failures_total", Help: "Sandbox creates that failed after validation.",
+		}),
+		defaultPoolHits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "forkbox_default_pool_hits_total", Help: "Sandbox creates handed a ready sandbox of the default pool.",
 		}),
 		execSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "forkbox_exec_seconds", Help: "Duration of exec calls.",
@@ -47,7 +52,7 @@ func newMetrics() *Metrics {
 
 // Register adds the Manager's metrics, including live per-sandbox gauges, to reg.
 func (m *Manager) Register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.metrics.createSeconds, m.metrics.createFailures, m.metrics.execSeconds, m.metrics.codeSeconds, m.metrics.terminated, m.metrics.snapshots, (*usageCollector)(m)} {
+	for _, c := range []prometheus.Collector{m.metrics.createSeconds, m.metrics.createFailures, m.metrics.defaultPoolHits, m.metrics.execSeconds, m.metrics.codeSeconds, m.metrics.terminated, m.metrics.snapshots, (*usageCollector)(m)} {
 		if err := reg.Register(c); err != nil {
 			return err
 		}
@@ -59,6 +64,7 @@ type usageCollector Manager
 
 var (
 	descLive   = prometheus.NewDesc("forkbox_sandboxes_running", "Sandboxes running on this daemon.", nil, nil)
+	descPool   = prometheus.NewDesc("forkbox_default_pool_ready", "Ready sandboxes in the default pool (kernel started, not handed out).", nil, nil)
 	descStates = prometheus.NewDesc("forkbox_sandboxes", "Sandboxes by state (terminated ones excluded).", []string{"state"}, nil)
 	descTime   = prometheus.NewDesc("forkbox_sandbox_state_seconds", "Time a live sandbox has spent running or suspended.", []string{"sandbox", "name", "state"}, nil)
 	descCPU    = prometheus.NewDesc("forkbox_sandbox_cpu_seconds_total", "CPU time used by a sandbox.", []string{"sandbox", "name"}, nil)
@@ -69,7 +75,7 @@ var (
 )
 
 func (c *usageCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descLive, descStates, descTime, descCPU, descMem, descMemMax, descPIDs, descDisk} {
+	for _, d := range []*prometheus.Desc{descLive, descPool, descStates, descTime, descCPU, descMem, descMemMax, descPIDs, descDisk} {
 		ch <- d
 	}
 }
@@ -83,6 +89,13 @@ func (c *usageCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	m.mu.Unlock()
 	ch <- prometheus.MustNewConstMetric(descLive, prometheus.GaugeValue, float64(len(ls)))
+	ready := 0
+	if p := m.defaultPool(); p != nil {
+		p.mu.Lock()
+		ready = len(p.ready)
+		p.mu.Unlock()
+	}
+	ch <- prometheus.MustNewConstMetric(descPool, prometheus.GaugeValue, float64(ready))
 	if all, err := m.store.List(context.Background(), store.ListFilter{Node: m.node}); err == nil {
 		counts := map[string]int{}
 		for _, sb := range all {
@@ -90,7 +103,7 @@ func (c *usageCollector) Collect(ch chan<- prometheus.Metric) {
 				continue
 			}
 			counts[sb.State]++
-			running, suspended := m.stateTimes(sb.ID)
+			running, suspended := m.stateTimes(sb)
 			ch <- prometheus.MustNewConstMetric(descTime, prometheus.CounterValue, running, sb.ID, sb.Name, api.StateRunning)
 			ch <- prometheus.MustNewConstMetric(descTime, prometheus.CounterValue, suspended, sb.ID, sb.Name, api.StateSuspended)
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/forkbox/forkbox/api"
 	"github.com/forkbox/forkbox/internal/errdefs"
+	"github.com/forkbox/forkbox/internal/image"
 	"github.com/forkbox/forkbox/internal/store"
 	"github.com/forkbox/forkbox/internal/tenant"
 )
@@ -24,6 +25,9 @@ import (
 const (
 	PoolLabel      = "forkbox.pool"
 	PoolReadyLabel = "forkbox.pool.ready"
+	// PoolImageLabel is the id of the image a default pool's sandbox
+	// started from.
+	PoolImageLabel = "forkbox.pool.image"
 	maxPoolSize    = 32
 )
 
@@ -175,8 +179,27 @@ func (m *Manager) refill(p *pool) {
 }
 
 func (m *Manager) createPooled(ctx context.Context, p *pool) (string, error) {
-	sb, err := m.Create(ctx, &api.CreateSandboxRequest{SnapshotID: p.rec.SnapshotID, Image: imageIfNoSnapshot(p.rec),
-		Labels: map[string]string{PoolLabel: p.rec.Name, PoolReadyLabel: "true"}})
+	labels := map[string]string{PoolLabel: p.rec.Name, PoolReadyLabel: "true"}
+	if p.rec.Name == DefaultPoolName {
+		img, err := m.resolveImage(ctx, image.DefaultImage)
+		if err != nil {
+			return "", err
+		}
+		labels[PoolImageLabel] = img.ID
+		sb, err := m.create(ctx, &api.CreateSandboxRequest{}, createOpts{poolLabels: labels})
+		if err != nil {
+			return "", err
+		}
+		m.markPooled(sb.ID, true)
+		if err := m.prestart(ctx, sb.ID); err != nil {
+			m.terminate(context.WithoutCancel(ctx), sb.ID, "pool sandbox failed to start its kernel", lockOpts{})
+			return "", err
+		}
+		m.markPooled(sb.ID, true) // the call above counted as activity
+		return sb.ID, nil
+	}
+	sb, err := m.create(ctx, &api.CreateSandboxRequest{SnapshotID: p.rec.SnapshotID, Image: imageIfNoSnapshot(p.rec)},
+		createOpts{poolLabels: labels})
 	if err != nil {
 		return "", err
 	}
@@ -253,7 +276,7 @@ func (m *Manager) createFromPool(ctx context.Context, req *api.CreateSandboxRequ
 		id := p.ready[0]
 		p.ready = p.ready[1:]
 		p.mu.Unlock()
-		sb, err := m.claim(ctx, id, req, spec)
+		sb, err := m.claim(ctx, id, req, spec, claimOpts{})
 		if err == nil {
 			return sb, nil
 		}
@@ -274,12 +297,29 @@ func (m *Manager) createFromPool(ctx context.Context, req *api.CreateSandboxRequ
 	return m.Create(ctx, &fallback)
 }
 
-// claim turns a ready pool sandbox into the requester's sandbox: its name,
-// labels, env for later calls and idle timeout.
-func (m *Manager) claim(ctx context.Context, id string, req *api.CreateSandboxRequest, spec store.Spec) (*api.Sandbox, error) {
+// claimOpts are what a hand-out from the default pool adds to a claim.
+type claimOpts struct {
+	// fresh: the sandbox takes the hand-out as its creation (its time in
+	// the pool is not the requester's).
+	fresh bool
+	// imageID, when set, is the image id the sandbox must have started
+	// from (the default image as it is now; PoolImageLabel).
+	imageID string
+}
+
+// claim turns a ready pool sandbox into the requester's sandbox: its name
+// (and hostname), labels, env for later calls and idle timeout.
+func (m *Manager) claim(ctx context.Context, id string, req *api.CreateSandboxRequest, spec store.Spec, o claimOpts) (*api.Sandbox, error) {
 	l := m.findLive(id)
 	if l == nil {
 		return nil, fmt.Errorf("pool sandbox %s is not running", id)
+	}
+	if req.Name != "" {
+		// As a new sandbox's: its name. Done before the record changes
+		// (a failure leaves the sandbox unclaimed, and it is ended).
+		if err := m.rt.SetHostname(id, l.info, req.Name); err != nil {
+			return nil, fmt.Errorf("rename pool sandbox %s: %w", id, err)
+		}
 	}
 	now := m.now().UTC()
 	sb, err := m.store.Update(ctx, id, func(s *store.Sandbox) error {
@@ -291,15 +331,29 @@ func (m *Manager) claim(ctx context.Context, id string, req *api.CreateSandboxRe
 		if s.Spec.Labels[PoolReadyLabel] != "true" {
 			return fmt.Errorf("pool sandbox %s was handed out already", id)
 		}
+		if o.imageID != "" && s.Spec.Labels[PoolImageLabel] != o.imageID {
+			return fmt.Errorf("pool sandbox %s started from image %s, which was rebuilt since (now %s)", id, s.Spec.Labels[PoolImageLabel], o.imageID)
+		}
 		s.Name = req.Name
 		s.Spec.Labels = spec.Labels
 		s.Spec.TimeoutSecs = spec.TimeoutSecs
 		s.Spec.MaxLifetimeSecs = spec.MaxLifetimeSecs
 		s.Spec.NoAutoResume = spec.NoAutoResume
+		s.Spec.SuspendOnIdle = spec.SuspendOnIdle
 		s.LastActiveAt = now
+		if o.fresh {
+			s.CreatedAt = now
+		}
 		return nil
 	})
 	if err != nil {
+		if req.Name != "" {
+			// Back to its unclaimed name: a request refused (a name in
+			// use) gives the sandbox back to the pool.
+			if herr := m.rt.SetHostname(id, l.info, id); herr != nil {
+				m.log.Warn("rename pool sandbox back", "sandbox", id, "err", herr)
+			}
+		}
 		return nil, err
 	}
 	l.mu.Lock()
@@ -307,11 +361,16 @@ func (m *Manager) claim(ctx context.Context, id string, req *api.CreateSandboxRe
 	l.pooled = false
 	l.timeout = time.Duration(spec.TimeoutSecs) * time.Second
 	l.lastActive = now
+	l.keepOnIdle = spec.SuspendOnIdle
 	if spec.MaxLifetimeSecs > 0 {
 		l.deadline = now.Add(time.Duration(spec.MaxLifetimeSecs) * time.Second)
 	}
 	l.mu.Unlock()
-	m.log.Info("sandbox handed out from pool", "sandbox", id, "pool", req.Pool, "name", req.Name)
+	pool := req.Pool
+	if o.fresh {
+		pool = DefaultPoolName
+	}
+	m.log.Info("sandbox handed out from pool", "sandbox", id, "pool", pool, "name", req.Name)
 	return m.view(sb), nil
 }
 

@@ -89,8 +89,8 @@ func (m *Manager) usage(ctx context.Context, t, skip string) (*api.TenantUsage, 
 			return nil, err
 		}
 		for _, sb := range list {
-			if sb.ID == skip {
-				continue
+			if sb.ID == skip || hiddenMember(sb) {
+				continue // a default pool's ready sandbox is nobody's yet
 			}
 			if state == api.StateSuspended {
 				u.SuspendedSandboxes++

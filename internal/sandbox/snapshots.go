@@ -482,7 +482,7 @@ func (m *Manager) Fork(ctx context.Context, ref string, req *api.ForkRequest) (*
 			if len(req.Names) > 0 {
 				creq.Name = req.Names[i]
 			}
-			sb, err := m.create(ctx, creq, true)
+			sb, err := m.create(ctx, creq, createOpts{verified: true})
 			if err != nil {
 				errs[i] = err
 				return

@@ -405,21 +405,21 @@ func (p *Postgres) Update(ctx context.Context, id string, fn func(*Sandbox) erro
 		if err != nil {
 			return fmt.Errorf("read sandbox %s: %w", id, err)
 		}
-		from, created, owner := sb.State, sb.CreatedAt, sb.Tenant
+		from, owner := sb.State, sb.Tenant
 		if err := fn(sb); err != nil {
 			return err
 		}
-		// ID, CreatedAt and Tenant are not written back: keep the
-		// returned record equal to the stored one.
-		sb.ID, sb.CreatedAt, sb.Tenant = id, created, owner
+		// ID and Tenant are not written back: keep the returned record
+		// equal to the stored one.
+		sb.ID, sb.Tenant = id, owner
 		spec, err := json.Marshal(sb.Spec)
 		if err != nil {
 			return fmt.Errorf("encode spec: %w", err)
 		}
 		_, err = tx.Exec(ctx, `UPDATE sandboxes SET name=$1, state=$2, state_reason=$3, image=$4, snapshot_id=$5, spec=$6, runtime=$7,
-			last_active_at=$8, terminated_at=$9, suspend_image=$10, node=$11 WHERE id=$12`,
+			created_at=$8, last_active_at=$9, terminated_at=$10, suspend_image=$11, node=$12 WHERE id=$13`,
 			sb.Name, sb.State, sb.StateReason, sb.Image, sb.SnapshotID, string(spec), runtimeJSON(sb.Runtime),
-			sb.LastActiveAt.UnixNano(), nullTime(sb.TerminatedAt), sb.SuspendImage, sb.Node, id)
+			sb.CreatedAt.UnixNano(), sb.LastActiveAt.UnixNano(), nullTime(sb.TerminatedAt), sb.SuspendImage, sb.Node, id)
 		if pgUniqueViolation(err) {
 			return errdefs.Conflict("a sandbox named %q already exists", sb.Name)
 		}

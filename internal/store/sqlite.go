@@ -480,21 +480,21 @@ func (s *SQLite) Update(ctx context.Context, id string, fn func(*Sandbox) error)
 	if err != nil {
 		return nil, fmt.Errorf("read sandbox %s: %w", id, err)
 	}
-	from, created, owner := sb.State, sb.CreatedAt, sb.Tenant
+	from, owner := sb.State, sb.Tenant
 	if err := fn(sb); err != nil {
 		return nil, err
 	}
-	// ID and CreatedAt are not written back: keep the returned record equal
+	// ID and Tenant are not written back: keep the returned record equal
 	// to the stored one.
-	sb.ID, sb.CreatedAt, sb.Tenant = id, created, owner
+	sb.ID, sb.Tenant = id, owner
 	spec, err := json.Marshal(sb.Spec)
 	if err != nil {
 		return nil, fmt.Errorf("encode spec: %w", err)
 	}
 	_, err = tx.ExecContext(ctx, `UPDATE sandboxes SET name=?, state=?, state_reason=?, image=?, snapshot_id=?, spec=?, runtime=?,
-		last_active_at=?, terminated_at=?, suspend_image=?, node=? WHERE id=?`,
+		created_at=?, last_active_at=?, terminated_at=?, suspend_image=?, node=? WHERE id=?`,
 		sb.Name, sb.State, sb.StateReason, sb.Image, sb.SnapshotID, string(spec), runtimeJSON(sb.Runtime),
-		sb.LastActiveAt.UnixNano(), nullTime(sb.TerminatedAt), sb.SuspendImage, sb.Node, id)
+		sb.CreatedAt.UnixNano(), sb.LastActiveAt.UnixNano(), nullTime(sb.TerminatedAt), sb.SuspendImage, sb.Node, id)
 	if isUniqueViolation(err) {
 		return nil, errdefs.Conflict("a sandbox named %q already exists", sb.Name)
 	}

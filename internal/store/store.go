@@ -172,8 +172,10 @@ type Store interface {
 	// List returns sandboxes, newest first.
 	List(ctx context.Context, f ListFilter) ([]*Sandbox, error)
 	// Update runs fn on the current row inside a transaction and stores the
-	// result; when fn changed State an event with fn's StateReason is
-	// recorded. An error from fn aborts the change and is returned as is.
+	// result (all but ID and Tenant; CreatedAt moves when a warm pool's
+	// sandbox is handed out); when fn changed State an event with fn's
+	// StateReason is recorded. An error from fn aborts the change and is
+	// returned as is.
 	Update(ctx context.Context, id string, fn func(*Sandbox) error) (*Sandbox, error)
 	// Touch sets last_active_at without an event (hot path, no read).
 	Touch(ctx context.Context, id string, at time.Time) error

@@ -140,6 +140,13 @@ func (d *daemon) start() error {
 	if !d.defaultOnExit && !slices.ContainsFunc(d.args, func(a string) bool { return strings.HasPrefix(a, "--on-exit") }) {
 		args = append(args, "--on-exit=keep")
 	}
+	// The default pool is off unless a test turns it on: its ready
+	// sandboxes would count as another test's leaks, and their kernels
+	// starting would load the machine for every test daemon.
+	if !slices.ContainsFunc(d.args, func(a string) bool { return strings.HasPrefix(a, "--default-pool") }) &&
+		!slices.ContainsFunc(d.env, func(kv string) bool { return strings.HasPrefix(kv, "FORKBOX_DEFAULT_POOL=") }) {
+		args = append(args, "--default-pool=0")
+	}
 	d.cmd = exec.Command(binary, append(args, d.args...)...)
 	if d.netns != "" {
 		// nsenter enters the network namespace only (ip netns exec would

@@ -51,6 +51,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/forkbox/forkbox/api"
+	"github.com/forkbox/forkbox/internal/sandbox"
 )
 
 // readmeBlock is one fenced block of the README.
@@ -404,12 +405,15 @@ func TestREADME(t *testing.T) {
 	}
 
 	root := t.TempDir()
-	// As `make run` starts it: serve's default on-exit policy.
+	// As `make run` starts it: serve's default on-exit policy and its
+	// default pool (so every block also runs on sandboxes handed out
+	// from it).
 	addr, err := freePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &daemon{dataDir: filepath.Join(root, "data"), addr: addr, defaultOnExit: true}
+	poolArgs := []string{fmt.Sprintf("--default-pool=%d", sandbox.DefaultPoolSize)}
+	d := &daemon{dataDir: filepath.Join(root, "data"), addr: addr, defaultOnExit: true, args: poolArgs}
 	if err := d.start(); err != nil {
 		t.Fatal(err)
 	}
@@ -472,7 +476,7 @@ func TestREADME(t *testing.T) {
 				t.Fatalf("%s: the daemon did not exit within 2 minutes of SIGTERM; log:\n%s", where, d.logTail())
 			}
 			d.log.Close()
-			d = &daemon{dataDir: d.dataDir, addr: addr, env: denv, defaultOnExit: true}
+			d = &daemon{dataDir: d.dataDir, addr: addr, env: denv, defaultOnExit: true, args: poolArgs}
 			for _, kv := range denv {
 				if v, ok := strings.CutPrefix(kv, "FORKBOX_API_KEY="); ok {
 					key = v

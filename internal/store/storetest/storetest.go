@@ -427,7 +427,7 @@ func testUpdateAllFields(t *testing.T, s store.Store) {
 		Runtime:      json.RawMessage(`{"pid":4242,"cgroup":"/sys/fs/cgroup/forkbox/sb-1","veth":{"host":"fb0","ip":"10.0.0.2"}}`),
 		SuspendImage: "snap-suspend-2",
 		Node:         "node-b",
-		CreatedAt:    orig.CreatedAt,
+		CreatedAt:    at(5), // a warm pool's sandbox handed out
 		LastActiveAt: at(7),
 		TerminatedAt: &term,
 	}
@@ -470,9 +470,8 @@ func testUpdateClearsTerminatedAt(t *testing.T, s store.Store) {
 }
 
 func testUpdateResultMatchesStored(t *testing.T, s store.Store) {
-	// Whatever fn does, including to fields a backend may treat as
-	// immutable (ID, CreatedAt), the record Update returns is the one that
-	// was stored.
+	// Whatever fn does, including to a field Update never writes (ID),
+	// the record Update returns is the one that was stored.
 	mustCreate(t, s, newSandbox("sb-1", "alpha", api.StateRunning, at(1)))
 	got := mustUpdate(t, s, "sb-1", func(sb *store.Sandbox) error {
 		sb.ID = "sb-other"
