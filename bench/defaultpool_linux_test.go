@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -37,46 +38,75 @@ func BenchmarkDefaultPool(b *testing.B) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	measure := func(d *daemon) time.Duration {
+	var memMiB values // a handed-out sandbox's memory before its first cell
+	var memMu sync.Mutex
+	// measure times one create → first answer; it runs on goroutines too
+	// (the burst), so it reports failures rather than ending the benchmark.
+	measure := func(d *daemon, name string) (time.Duration, error) {
 		t0 := time.Now()
-		sb, err := d.client.CreateSandbox(ctx, api.CreateSandboxRequest{Name: "user"})
+		sb, err := d.client.CreateSandbox(ctx, api.CreateSandboxRequest{Name: name})
 		if err != nil {
-			b.Fatalf("create: %v\n%s", err, d.logTail(20))
+			return 0, fmt.Errorf("create: %w\n%s", err, d.logTail(20))
+		}
+		if d == pooled && sb.Usage != nil {
+			memMu.Lock()
+			memMiB = append(memMiB, float64(sb.Usage.MemoryBytes)/(1<<20))
+			memMu.Unlock()
 		}
 		ex, err := d.client.RunCode(ctx, sb.ID, api.RunCodeRequest{Code: "1+1"})
 		took := time.Since(t0)
 		if err != nil || ex.Error != nil || ex.ExecutionCount != 1 {
-			b.Fatalf("first cell: %v %+v", err, ex)
+			return 0, fmt.Errorf("first cell: %v %+v", err, ex)
 		}
-		d.deleteSandbox(b, sb.ID)
+		if _, err := d.client.DeleteSandbox(ctx, sb.ID); err != nil {
+			return 0, err
+		}
+		return took, nil
+	}
+	must := func(took time.Duration, err error) time.Duration {
+		b.Helper()
+		if err != nil {
+			b.Fatal(err)
+		}
 		return took
 	}
 	const n = 20
 	var withPool, without samples
 	waitReady(pooled)
-	measure(pooled) // warm-up
-	measure(cold)
+	must(measure(pooled, "user")) // warm-up
+	must(measure(cold, "user"))
 	for range n {
 		waitReady(pooled)
 		time.Sleep(300 * time.Millisecond) // the refill's kernel warm-up settles
-		withPool = append(withPool, measure(pooled))
-		without = append(without, measure(cold))
+		withPool = append(withPool, must(measure(pooled, "user")))
+		without = append(without, must(measure(cold, "user")))
 	}
 	waitReady(pooled)
 	time.Sleep(300 * time.Millisecond)
 	var burst samples
-	done := make(chan time.Duration, 4)
-	for range 4 {
-		go func() { done <- measure(pooled) }()
+	measureAt := len(memMiB)
+	type result struct {
+		took time.Duration
+		err  error
+	}
+	done := make(chan result, 4)
+	for i := range 4 {
+		go func() {
+			took, err := measure(pooled, fmt.Sprintf("burst-%d", i))
+			done <- result{took, err}
+		}()
 	}
 	for range 4 {
-		burst = append(burst, <-done)
+		r := <-done
+		burst = append(burst, must(r.took, r.err))
 	}
+	memMiB = memMiB[:measureAt]
 	loadEnd := loadAvg()
 	tableHeader("create → first `1+1` answer", "daemon", "n", "p50 ms", "p95 ms", "mean ms", fmt.Sprintf("target p50 ≤ %d ms", firstAnswerTargetMS))
 	tableRow("default pool of 2 (refilled between creates)", fmt.Sprint(n), f(withPool.p50()), f(withPool.p95()), f(withPool.mean()), verdict(withPool.p50(), firstAnswerTargetMS))
 	tableRow("no pool (kernel starts on the first cell)", fmt.Sprint(n), f(without.p50()), f(without.p95()), f(without.mean()), "baseline")
 	tableRow("default pool of 2, burst of 4 at once", "4", f(burst.p50()), f(burst.p95()), f(burst.mean()), "")
+	fmt.Printf("memory of a handed-out sandbox before its first cell (its kernel started): p50 %s MiB\n", f(memMiB.p50()))
 	fmt.Printf("load average before %s, after %s\n", loadStart, loadEnd)
 	withPool.report(b, "pool-")
 	without.report(b, "cold-")
