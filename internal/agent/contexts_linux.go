@@ -314,6 +314,18 @@ func (s *server) resolveContext(ref, language string) (*codeContext, error) {
 	return c, nil
 }
 
+// specFromBody decodes a request's body into req (what names the request
+// in errors) and resolves its language ("": python) to a kernelspec.
+func (s *server) specFromBody(r *http.Request, req any, language *string, what string) (*kernel.Spec, error) {
+	if err := json.NewDecoder(r.Body).Decode(req); err != nil {
+		return nil, errdefs.InvalidArgument("bad %s request: %v", what, err)
+	}
+	if *language == "" {
+		*language = "python"
+	}
+	return s.resolveSpec(*language)
+}
+
 // handlePrestart starts the kernel of a language's default context ahead of
 // its first cell, for a warm pool: the context stays hidden (unlisted, no
 // id answers to it) until a call uses the default context, so a sandbox
@@ -322,14 +334,7 @@ func (s *server) resolveContext(ref, language string) (*codeContext, error) {
 // a default context that exists already is a no-op.
 func (s *server) handlePrestart(w http.ResponseWriter, r *http.Request) {
 	var req PrestartRequest
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-		writeError(w, errdefs.InvalidArgument("bad prestart request: %v", err))
-		return
-	}
-	if req.Language == "" {
-		req.Language = "python"
-	}
-	spec, err := s.resolveSpec(req.Language)
+	spec, err := s.specFromBody(r, &req, &req.Language, "prestart")
 	if err != nil {
 		writeError(w, err)
 		return
@@ -401,14 +406,7 @@ func (c *codeContext) view() api.Context {
 
 func (s *server) handleCreateContext(w http.ResponseWriter, r *http.Request) {
 	var req CreateContextRequest
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-		writeError(w, errdefs.InvalidArgument("bad context request: %v", err))
-		return
-	}
-	if req.Language == "" {
-		req.Language = "python"
-	}
-	spec, err := s.resolveSpec(req.Language)
+	spec, err := s.specFromBody(r, &req, &req.Language, "context")
 	if err != nil {
 		writeError(w, err)
 		return

@@ -2,12 +2,10 @@ package sandbox
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/forkbox/forkbox/api"
-	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/image"
 	"github.com/forkbox/forkbox/internal/store"
 	"github.com/forkbox/forkbox/internal/tenant"
@@ -128,30 +126,11 @@ func (m *Manager) createFromDefaultPool(ctx context.Context, req *api.CreateSand
 	if err != nil {
 		return nil, err
 	}
-	defer m.refill(p)
-	for {
-		p.mu.Lock()
-		if len(p.ready) == 0 {
-			p.mu.Unlock()
-			return nil, nil
-		}
-		id := p.ready[0]
-		p.ready = p.ready[1:]
-		p.mu.Unlock()
-		sb, err := m.claim(ctx, id, req, spec, claimOpts{fresh: true, imageID: img.ID})
-		if err == nil {
-			m.metrics.defaultPoolHits.Inc()
-			return sb, nil
-		}
-		if errors.Is(err, errdefs.ErrConflict) || errors.Is(err, errdefs.ErrInvalidArgument) {
-			p.mu.Lock()
-			p.ready = append([]string{id}, p.ready...)
-			p.mu.Unlock()
-			return nil, err
-		}
-		m.log.Info("default pool sandbox not handed out; ending it", "sandbox", id, "reason", err)
-		m.terminate(context.WithoutCancel(ctx), id, "unusable pool sandbox", lockOpts{})
+	sb, err := m.handOut(ctx, p, req, spec, claimOpts{fresh: true, imageID: img.ID})
+	if sb != nil {
+		m.metrics.defaultPoolHits.Inc()
 	}
+	return sb, err
 }
 
 // defaultPool returns the default pool (nil: off).

@@ -266,23 +266,35 @@ func (m *Manager) createFromPool(ctx context.Context, req *api.CreateSandboxRequ
 	if err != nil {
 		return nil, err
 	}
+	if sb, err := m.handOut(ctx, p, req, spec, claimOpts{}); sb != nil || err != nil {
+		return sb, err
+	}
+	// Empty pool: a normal restore.
+	fallback := *req
+	fallback.Pool, fallback.SnapshotID, fallback.Image = "", p.rec.SnapshotID, imageIfNoSnapshot(p.rec)
+	return m.Create(ctx, &fallback)
+}
+
+// handOut claims the oldest ready sandbox of p for req, and refills p.
+// A ready sandbox that cannot be claimed is ended and the next one tried;
+// a request that is itself wrong (a name in use) gives it back. With none
+// left it returns nil and no error.
+func (m *Manager) handOut(ctx context.Context, p *pool, req *api.CreateSandboxRequest, spec store.Spec, o claimOpts) (*api.Sandbox, error) {
 	defer m.refill(p)
 	for {
 		p.mu.Lock()
 		if len(p.ready) == 0 {
 			p.mu.Unlock()
-			break
+			return nil, nil
 		}
 		id := p.ready[0]
 		p.ready = p.ready[1:]
 		p.mu.Unlock()
-		sb, err := m.claim(ctx, id, req, spec, claimOpts{})
+		sb, err := m.claim(ctx, id, req, spec, o)
 		if err == nil {
 			return sb, nil
 		}
 		if errors.Is(err, errdefs.ErrConflict) || errors.Is(err, errdefs.ErrInvalidArgument) {
-			// The request itself is wrong (a name in use): give the
-			// sandbox back.
 			p.mu.Lock()
 			p.ready = append([]string{id}, p.ready...)
 			p.mu.Unlock()
@@ -291,10 +303,6 @@ func (m *Manager) createFromPool(ctx context.Context, req *api.CreateSandboxRequ
 		m.log.Warn("pool sandbox unusable; trying the next", "pool", p.rec.Name, "sandbox", id, "err", err)
 		m.terminate(context.WithoutCancel(ctx), id, "unusable pool sandbox", lockOpts{})
 	}
-	// Empty pool: a normal restore.
-	fallback := *req
-	fallback.Pool, fallback.SnapshotID, fallback.Image = "", p.rec.SnapshotID, imageIfNoSnapshot(p.rec)
-	return m.Create(ctx, &fallback)
 }
 
 // claimOpts are what a hand-out from the default pool adds to a claim.
