@@ -120,7 +120,7 @@ func (b *Builder) Build(ctx context.Context, r *api.Recipe, buildContext io.Read
 	total := len(r.Steps)
 	var contextDir string
 	if buildContext != nil {
-		dir, err := os.MkdirTemp(b.cfg.TempDir, ".tmp-context-")
+		dir, err := os.MkdirTemp(b.cfg.TempDir, image.TempPrefix()+"context-")
 		if err != nil {
 			return nil, fmt.Errorf("build context: %w", err)
 		}

@@ -26,17 +26,19 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/forkbox/forkbox/internal/lazyre"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/forkbox/forkbox/internal/durable"
 	"github.com/forkbox/forkbox/internal/errdefs"
+	"github.com/forkbox/forkbox/internal/lazyre"
 )
 
 // DefaultImage is the image a sandbox starts from when none is named: the
@@ -51,9 +53,36 @@ const HostImage = "host"
 // metaFile is the name of an image's metadata file inside its directory.
 const metaFile = "image.json"
 
-// tmpPrefix starts the names of directories that are being built or replaced.
-// Open removes leftovers; List skips them.
-const tmpPrefix = ".tmp-"
+// tmpMark starts the names of directories that are being built or
+// replaced; the writing process's pid follows it (tmpPrefix). Several
+// processes may share one store (daemons, `forkbox prepare`), so Open
+// removes only the leftovers of processes that are gone — never a build
+// under way in another one. List skips them all.
+const tmpMark = ".tmp-"
+
+// tmpPrefix starts the names of this process's temporary entries.
+var tmpPrefix = fmt.Sprintf("%s%d-", tmpMark, os.Getpid())
+
+// TempPrefix is the name prefix of this process's temporary entries in a
+// store's directory (a build's context, say), which opening the store
+// elsewhere leaves alone while this process lives.
+func TempPrefix() string { return tmpPrefix }
+
+// leftover reports whether name is a temporary entry whose process is gone
+// (or of a format without a pid).
+func leftover(name string) bool {
+	rest, ok := strings.CutPrefix(name, tmpMark)
+	if !ok {
+		return false
+	}
+	pidText, _, found := strings.Cut(rest, "-")
+	pid, err := strconv.Atoi(pidText)
+	if !found || err != nil || pid <= 0 {
+		return true
+	}
+	err = syscall.Kill(pid, 0)
+	return errors.Is(err, syscall.ESRCH)
+}
 
 // Image is a read-only root filesystem plus the defaults a sandbox starts
 // with. The runtime mounts LowerDirs as the overlay's lower dirs, then
@@ -149,7 +178,7 @@ func Open(dir string) (*Store, error) {
 		return nil, fmt.Errorf("image store: %w", err)
 	}
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), tmpPrefix) {
+		if leftover(e.Name()) {
 			if err := os.RemoveAll(filepath.Join(abs, e.Name())); err != nil {
 				return nil, fmt.Errorf("image store: remove leftover build: %w", err)
 			}

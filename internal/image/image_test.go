@@ -3,7 +3,9 @@ package image
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -85,15 +87,31 @@ func TestGetListNotFound(t *testing.T) {
 
 func TestOpenRemovesLeftoverBuilds(t *testing.T) {
 	dir := t.TempDir()
-	leftover := filepath.Join(dir, tmpPrefix+"python-1", "rootfs")
-	if err := os.MkdirAll(leftover, 0o755); err != nil {
+	// A process that is gone: a pid that exited.
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
 		t.Fatal(err)
+	}
+	dead := fmt.Sprintf("%s%d-python-1", tmpMark, gone.Process.Pid)
+	old := tmpMark + "python-1"     // a leftover named before pids were
+	live := tmpPrefix + "context-1" // this process's: a build under way
+	for _, d := range []string{dead, old, live} {
+		if err := os.MkdirAll(filepath.Join(dir, d, "rootfs"), 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if _, err := Open(dir); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Dir(leftover)); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("leftover build still there: %v", err)
+	for _, d := range []string{dead, old} {
+		if _, err := os.Stat(filepath.Join(dir, d)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("leftover %s still there: %v", d, err)
+		}
+	}
+	// Another process opening the same store (a second daemon, `forkbox
+	// prepare`) must not take a build from under a live one.
+	if _, err := os.Stat(filepath.Join(dir, live, "rootfs")); err != nil {
+		t.Fatalf("a live process's build was removed: %v", err)
 	}
 }
 
