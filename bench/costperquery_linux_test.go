@@ -199,20 +199,11 @@ func BenchmarkCostPerQuery(b *testing.B) {
 	}
 	type row struct{ first, followUp []queryCost }
 	rows := map[*daemon]*row{pooled: {}, cold: {}}
-	waitPool := func() {
-		for deadline := time.Now().Add(2 * time.Minute); runningSandboxes(b, pooled) < 2; {
-			if time.Now().After(deadline) {
-				b.Fatalf("default pool never filled:\n%s", pooled.logTail(20))
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		time.Sleep(300 * time.Millisecond)
-	}
 	const n = 5
 	for i := range n + 1 { // the first round warms up
 		for _, d := range []*daemon{pooled, cold} {
 			if d == pooled {
-				waitPool()
+				waitDefaultPool(b, pooled, 2)
 			}
 			up, err := d.client.UploadFile(ctx, "sales.csv", strings.NewReader(csv), "")
 			if err != nil {

@@ -29,15 +29,6 @@ func BenchmarkDefaultPool(b *testing.B) {
 	pooled := startDaemonWith(b, daemonOpts{args: []string{"--default-pool=2"}})
 	cold := startDaemon(b, false)
 	ctx := context.Background()
-	waitReady := func(d *daemon) {
-		deadline := time.Now().Add(2 * time.Minute)
-		for runningSandboxes(b, d) < 2 {
-			if time.Now().After(deadline) {
-				b.Fatalf("the default pool never filled; log:\n%s", d.logTail(30))
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
 	var memMiB values // a handed-out sandbox's memory before its first cell
 	var memMu sync.Mutex
 	// measure times one create → first answer; it runs on goroutines too
@@ -72,17 +63,15 @@ func BenchmarkDefaultPool(b *testing.B) {
 	}
 	const n = 20
 	var withPool, without samples
-	waitReady(pooled)
+	waitDefaultPool(b, pooled, 2)
 	must(measure(pooled, "user")) // warm-up
 	must(measure(cold, "user"))
 	for range n {
-		waitReady(pooled)
-		time.Sleep(300 * time.Millisecond) // the refill's kernel warm-up settles
+		waitDefaultPool(b, pooled, 2)
 		withPool = append(withPool, must(measure(pooled, "user")))
 		without = append(without, must(measure(cold, "user")))
 	}
-	waitReady(pooled)
-	time.Sleep(300 * time.Millisecond)
+	waitDefaultPool(b, pooled, 2)
 	var burst samples
 	measureAt := len(memMiB)
 	type result struct {
@@ -113,9 +102,21 @@ func BenchmarkDefaultPool(b *testing.B) {
 	burst.report(b, "burst-")
 }
 
-// runningSandboxes reads forkbox_sandboxes_running (ready pool members
-// included) from d's /metrics.
-func runningSandboxes(b *testing.B, d *daemon) int {
+// waitDefaultPool waits until d's default pool has n ready sandboxes (their
+// kernels started), then 0.3 s more for the refill's work to settle.
+func waitDefaultPool(b *testing.B, d *daemon, n int) {
+	b.Helper()
+	for deadline := time.Now().Add(2 * time.Minute); defaultPoolReady(b, d) < n; {
+		if time.Now().After(deadline) {
+			b.Fatalf("the default pool never had %d ready; log:\n%s", n, d.logTail(30))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond)
+}
+
+// defaultPoolReady reads forkbox_default_pool_ready from d's /metrics.
+func defaultPoolReady(b *testing.B, d *daemon) int {
 	resp, err := http.Get(d.url + "/metrics")
 	if err != nil {
 		b.Fatal(err)
@@ -124,7 +125,7 @@ func runningSandboxes(b *testing.B, d *daemon) int {
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "forkbox_sandboxes_running "); ok {
+		if v, ok := strings.CutPrefix(sc.Text(), "forkbox_default_pool_ready "); ok {
 			n, _ := strconv.ParseFloat(v, 64)
 			return int(n)
 		}

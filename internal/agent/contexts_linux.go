@@ -297,21 +297,28 @@ func (s *server) resolveContext(ref, language string) (*codeContext, error) {
 	if err != nil {
 		return nil, err
 	}
-	id := "default-" + spec.Name
 	s.ctxs.mu.Lock()
 	defer s.ctxs.mu.Unlock()
-	if c := s.ctxs.byID[id]; c != nil {
-		if c.hidden {
-			// First use of a kernel a warm pool started: from now on it
-			// is the context a new sandbox would have made just now.
-			c.hidden = false
-			c.created = time.Now().UTC()
-		}
-		return c, nil
+	c, made := s.defaultContextLocked(spec, false)
+	if !made && c.hidden {
+		// First use of a kernel a warm pool started: from now on it is
+		// the context a new sandbox would have made just now.
+		c.hidden = false
+		c.created = time.Now().UTC()
 	}
-	c := &codeContext{id: id, spec: spec, cwd: s.cfg.WorkDir, isDefault: true, created: time.Now().UTC()}
-	s.ctxs.byID[id] = c
 	return c, nil
+}
+
+// defaultContextLocked returns spec's default context, making it (hidden
+// or not) when there is none; made says it did. s.ctxs.mu is held.
+func (s *server) defaultContextLocked(spec *kernel.Spec, hidden bool) (c *codeContext, made bool) {
+	id := "default-" + spec.Name
+	if c := s.ctxs.byID[id]; c != nil {
+		return c, false
+	}
+	c = &codeContext{id: id, spec: spec, cwd: s.cfg.WorkDir, isDefault: true, hidden: hidden, created: time.Now().UTC()}
+	s.ctxs.byID[id] = c
+	return c, true
 }
 
 // specFromBody decodes a request's body into req (what names the request
@@ -339,13 +346,8 @@ func (s *server) handlePrestart(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	id := "default-" + spec.Name
 	s.ctxs.mu.Lock()
-	c := s.ctxs.byID[id]
-	if c == nil {
-		c = &codeContext{id: id, spec: spec, cwd: s.cfg.WorkDir, isDefault: true, hidden: true, created: time.Now().UTC()}
-		s.ctxs.byID[id] = c
-	}
+	c, _ := s.defaultContextLocked(spec, true)
 	hidden := c.hidden
 	s.ctxs.mu.Unlock()
 	if !hidden {
