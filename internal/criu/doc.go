@@ -21,6 +21,10 @@
 // and does not depend on that probe.) Hosts whose breakpoints work get no
 // variable.
 //
+// DedupPages (pages.go) rewrites a finished dump's page images so that
+// pages equal to a base dump's are read from it, which CRIU's restore
+// supports natively.
+//
 // Check caches nothing on disk (CRIU keeps its own kernel-feature cache in
 // /run/criu.kdat when /run is tmpfs).
 package criu

@@ -61,6 +61,7 @@ func (m *Manager) Start(ctx context.Context) error {
 		case api.StateRunning:
 			if err := m.rt.Adopt(ctx, sb.ID, info); err == nil {
 				l := m.track(sb, info)
+				l.setBase(m.adoptedBase(ctx, sb))
 				if herr := l.agent.Health(ctx); herr == nil {
 					m.log.Info("adopted running sandbox", "sandbox", sb.ID)
 					continue

@@ -16,6 +16,7 @@ import (
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/image"
 	"github.com/forkbox/forkbox/internal/runtime"
+	"github.com/forkbox/forkbox/internal/snapshot"
 	"github.com/forkbox/forkbox/internal/store"
 )
 
@@ -93,19 +94,21 @@ func (m *Manager) Checkpoint(ctx context.Context, ref string, req *api.Checkpoin
 	if err := hookPoint(ctx, "checkpoint:locked", sb.ID, sb.Name); err != nil {
 		return nil, opErr(ctx, err)
 	}
-	var capture func(dir string) (time.Duration, error)
+	var capture func(p *snapshot.Pending) (time.Duration, error)
+	var l *live
 	switch sb.State {
 	case api.StateRunning:
-		l, release, err := m.acquireExclusive(ctx, sb.ID, "checkpoint")
+		var release func()
+		l, release, err = m.acquireExclusive(ctx, sb.ID, "checkpoint")
 		if err != nil {
 			return nil, err
 		}
 		defer release()
-		capture = func(dir string) (time.Duration, error) {
+		capture = func(p *snapshot.Pending) (time.Duration, error) {
 			if typ == api.SnapshotMemory {
-				return m.captureMemory(ctx, l, sb, dir)
+				return m.captureMemory(ctx, l, sb, p)
 			}
-			return m.captureFS(ctx, l.id, filepath.Join(dir, fsArchive), nil)
+			return m.captureFS(ctx, l.id, filepath.Join(p.Dir(), fsArchive), nil)
 		}
 	case api.StateSuspended:
 		return m.checkpointSuspended(ctx, sb, typ, req.Name)
@@ -124,7 +127,7 @@ func (m *Manager) Checkpoint(ctx context.Context, ref string, req *api.Checkpoin
 			p.Abort()
 		}
 	}()
-	paused, err := capture(p.Dir())
+	paused, err := capture(p)
 	if err != nil {
 		return nil, opErr(ctx, err)
 	}
@@ -140,6 +143,10 @@ func (m *Manager) Checkpoint(ctx context.Context, ref string, req *api.Checkpoin
 		Spec: sb.Spec, SizeBytes: size, Checksum: sum, PausedMS: paused.Milliseconds(), CreatedAt: m.now().UTC()}
 	if err := m.recordSnapshot(ctx, rec); err != nil {
 		return nil, err
+	}
+	if typ == api.SnapshotMemory && l.base() == "" {
+		// A full dump: later snapshots of this sandbox share its pages.
+		l.setBase(id)
 	}
 	m.log.Info("snapshot taken", "snapshot", id, "sandbox", sb.ID, "type", typ, "bytes", size, "paused_ms", paused.Milliseconds())
 	v := snapshotView(rec)
@@ -226,7 +233,8 @@ func (m *Manager) captureFS(ctx context.Context, id, dst string, also func() err
 // in the same frozen moment, every process with CRIU. The daemon holds no
 // connection into the sandbox meanwhile (acquireExclusive waited for the
 // calls in flight and keeps new ones out).
-func (m *Manager) captureMemory(ctx context.Context, l *live, sb *store.Sandbox, dir string) (time.Duration, error) {
+func (m *Manager) captureMemory(ctx context.Context, l *live, sb *store.Sandbox, p *snapshot.Pending) (time.Duration, error) {
+	dir := p.Dir()
 	img, err := m.images.Get(ctx, sb.Image)
 	if err != nil {
 		return 0, fmt.Errorf("image of the sandbox: %w", err)
@@ -266,7 +274,7 @@ func (m *Manager) captureMemory(ctx context.Context, l *live, sb *store.Sandbox,
 	}
 	// CRIU's log is not part of the snapshot's content.
 	os.Remove(filepath.Join(criuDir, "dump.log"))
-	return paused, nil
+	return paused, m.dedupMemory(ctx, l, p)
 }
 
 // GetSnapshot returns one snapshot.

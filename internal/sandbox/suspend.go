@@ -164,7 +164,7 @@ func (m *Manager) takeSuspendImage(ctx context.Context, l *live, sb *store.Sandb
 			p.Abort()
 		}
 	}()
-	paused, err := m.captureMemory(ctx, l, sb, p.Dir())
+	paused, err := m.captureMemory(ctx, l, sb, p)
 	if err != nil {
 		return "", err
 	}
@@ -293,6 +293,7 @@ func (m *Manager) Resume(ctx context.Context, ref string) (_ *api.Sandbox, err e
 	if hostname == "" {
 		hostname = sb.ID
 	}
+	criuDir := filepath.Join(m.snaps.Path(snap.ID), criuDirName)
 	info, err = m.snapper.RestoreMemory(ctx, h, runtime.Spec{
 		ID: sb.ID, Hostname: hostname, Image: img,
 		Limits:        m.limits(sb.Spec),
@@ -302,7 +303,7 @@ func (m *Manager) Resume(ctx context.Context, ref string) (_ *api.Sandbox, err e
 		FromFS:        m.snapshotFS(snap.ID),
 		UIDBase:       sb.Spec.UIDBase,
 		FromFSBase:    sb.Spec.UIDBase,
-	}, filepath.Join(m.snaps.Path(snap.ID), criuDirName))
+	}, criuDir)
 	if err != nil {
 		return fail(err)
 	}
@@ -311,7 +312,7 @@ func (m *Manager) Resume(ctx context.Context, ref string) (_ *api.Sandbox, err e
 	}
 	now := m.now().UTC()
 	sb.LastActiveAt = now
-	m.track(sb, info)
+	m.track(sb, info).setBase(memBaseOf(snap.ID, criuDir))
 	sb, err = m.setState(ctx, sb.ID, api.StateRunning, "", func(s *store.Sandbox) {
 		s.Runtime = runtime.MarshalInfo(info)
 		s.LastActiveAt = now

@@ -11,6 +11,8 @@
 //	<id>/manifest.json   {"files": {"fs.tar": "<sha256>", "criu/pages-1.img": …}, "size_bytes": N}
 //	<id>/fs.tar          the sandbox's writable layer (overlay upper), with xattrs
 //	<id>/criu/           CRIU images, for memory snapshots
+//	<id>/criu/parent/    hard links to a base snapshot's page images, whose
+//	                     pages this one shares (see Pending.Shared)
 //	.tmp-<id>/           a snapshot being written or fetched (removed at Open)
 //	.tmp.evict-<id>/     a cached copy being evicted (removed at Open)
 //
@@ -59,6 +61,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -122,9 +125,10 @@ func (s *Store) IDs() ([]string, error) {
 
 // Pending is a snapshot being written.
 type Pending struct {
-	s   *Store
-	id  string
-	dir string
+	s      *Store
+	id     string
+	dir    string
+	shared map[string]sharedFile // by slash-separated path (Shared)
 }
 
 // Begin starts writing snapshot id into a temporary directory.
@@ -160,6 +164,74 @@ type Manifest struct {
 	// snapshot fetched on another node has the modes it was taken with.
 	Modes map[string]uint32 `json:"modes,omitempty"`
 	Dirs  map[string]uint32 `json:"dirs,omitempty"`
+	// Shared lists the files that are hard links to another snapshot's
+	// (see Pending.Shared); SizeBytes does not count them, SharedBytes does.
+	Shared      []string `json:"shared,omitempty"`
+	SharedBytes int64    `json:"shared_bytes,omitempty"`
+}
+
+// Shared records that file rel of the pending snapshot is a hard link to a
+// file of a committed, verified snapshot whose sha256 is sum: Commit takes
+// the sum instead of hashing the file again (while the file's size, mtime
+// and inode are still what they are now), and the snapshot's size counts
+// it apart, as stored once for both snapshots.
+func (p *Pending) Shared(rel, sum string) error {
+	st, err := statStamp(filepath.Join(p.dir, filepath.FromSlash(rel)))
+	if err != nil {
+		return err
+	}
+	if p.shared == nil {
+		p.shared = map[string]sharedFile{}
+	}
+	p.shared[filepath.ToSlash(rel)] = sharedFile{sum: sum, stamp: st}
+	return nil
+}
+
+type sharedFile struct {
+	sum   string
+	stamp stamp
+}
+
+// LinkFile hard-links file rel (slash-separated, as in the manifest) of
+// committed snapshot id to path to, after checking the snapshot against
+// checksum (hashing it unless this process already has), and returns the
+// file's sha256 for Pending.Shared. The link keeps the snapshot's mark
+// valid, so linking does not make its next Verify hash it again.
+func (s *Store) LinkFile(id, checksum, rel, to string) (string, error) {
+	if !s.trusted(id, checksum) {
+		if err := s.hashVerify(id, checksum); err != nil {
+			return "", err
+		}
+	}
+	files, err := s.Files(id)
+	if err != nil {
+		return "", err
+	}
+	sum, ok := files[rel]
+	if !ok {
+		return "", errdefs.NotFound("snapshot %s has no file %s", id, rel)
+	}
+	from := filepath.Join(s.path(id), filepath.FromSlash(rel))
+	if err := os.Link(from, to); err != nil {
+		return "", err
+	}
+	s.restamp(id, rel)
+	return sum, nil
+}
+
+// Files returns a committed snapshot's files (slash-separated paths) with
+// their sha256, as its manifest lists them. Verify the snapshot first when
+// the sums must be right.
+func (s *Store) Files(id string) (map[string]string, error) {
+	b, err := os.ReadFile(filepath.Join(s.path(id), manifestName))
+	if err != nil {
+		return nil, err
+	}
+	var m Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, errdefs.FailedPrecondition("snapshot %s is corrupt: unreadable manifest: %v", id, err)
+	}
+	return m.Files, nil
 }
 
 // Commit is CommitContext without a deadline.
@@ -189,11 +261,20 @@ func (p *Pending) CommitContext(ctx context.Context) (size int64, checksum strin
 		if !d.Type().IsRegular() {
 			return fmt.Errorf("snapshot file %s is not a regular file", rel)
 		}
+		rel = filepath.ToSlash(rel)
+		if sf, ok := p.shared[rel]; ok {
+			if st, err := statStamp(path); err == nil && st.unchanged(sf.stamp) {
+				m.Files[rel] = sf.sum
+				m.Shared = append(m.Shared, rel)
+				m.SharedBytes += int64(st.size)
+				return nil
+			}
+		}
 		sum, n, err := hashFile(path, true)
 		if err != nil {
 			return err
 		}
-		m.Files[filepath.ToSlash(rel)] = sum
+		m.Files[rel] = sum
 		m.SizeBytes += n
 		return nil
 	})
@@ -384,13 +465,20 @@ func (s *Store) CloneContext(ctx context.Context, src, srcChecksum, dst string, 
 			if err := copyFile(from, to); err != nil {
 				return 0, "", fmt.Errorf("clone snapshot %s: %w", src, err)
 			}
+		} else {
+			s.restamp(src, rel) // our link, not a write: src stays trusted
 		}
 		st, err := os.Stat(to)
 		if err != nil {
 			return 0, "", err
 		}
 		m.Files[rel] = sum
-		m.SizeBytes += st.Size()
+		if slices.Contains(srcm.Shared, rel) {
+			m.Shared = append(m.Shared, rel)
+			m.SharedBytes += st.Size()
+		} else {
+			m.SizeBytes += st.Size()
+		}
 	}
 	if len(m.Files) == 0 {
 		return 0, "", errdefs.FailedPrecondition("snapshot %s has none of the files asked for", src)

@@ -18,7 +18,8 @@ import (
 // its mark trusts it without hashing. Anything that writes a file, renames
 // another over it, or changes its metadata moves its change time (which no
 // system call can set back), so a tampered file no longer matches and is
-// hashed again — and refused. Marks live in memory only: after a daemon
+// hashed again — and refused (files shared by hard links are the one
+// exception: see stamp.unchanged). Marks live in memory only: after a daemon
 // restart every snapshot is hashed in full before its first use. A mark
 // older than reverifyAfter is still trusted, but its snapshot is hashed
 // again in the background, and the mark dropped if it fails.
@@ -26,8 +27,23 @@ const reverifyAfter = time.Hour
 
 // stamp identifies one version of a file.
 type stamp struct {
-	ino, size  uint64
-	mtim, ctim syscall.Timespec
+	ino, size, nlink uint64
+	mtim, ctim       syscall.Timespec
+}
+
+// unchanged reports whether the file stamped now is the version stamped
+// then. Inode, size and modification time must match, and the change time
+// too, except for a file with more than one link: snapshots share files by
+// hard links (Clone, and memory snapshots linking their base's pages: see
+// Pending.Shared), and every link made or removed anywhere moves a shared
+// file's change time. For those a write still moves the modification
+// time; setting it back takes root on the host, which could as well
+// rewrite the manifest and the recorded checksum.
+func (now stamp) unchanged(then stamp) bool {
+	if now.ino != then.ino || now.size != then.size || now.mtim != then.mtim {
+		return false
+	}
+	return now.ctim == then.ctim || now.nlink > 1 && then.nlink > 1
 }
 
 // mark is a snapshot this process hashed and found whole.
@@ -48,7 +64,7 @@ func statStamp(path string) (stamp, error) {
 	if err := syscall.Lstat(path, &st); err != nil {
 		return stamp{}, err
 	}
-	return stamp{ino: st.Ino, size: uint64(st.Size), mtim: st.Mtim, ctim: st.Ctim}, nil
+	return stamp{ino: st.Ino, size: uint64(st.Size), nlink: uint64(st.Nlink), mtim: st.Mtim, ctim: st.Ctim}, nil
 }
 
 // stampAll stamps a snapshot's manifest and files (nil when one is
@@ -88,6 +104,19 @@ func (s *Store) remember(id, checksum string, names []string, before map[string]
 	s.v.m[id] = &mark{checksum: checksum, files: after, at: time.Now()}
 }
 
+// restamp renews the stamp of file rel in snapshot id's mark (after this
+// process linked it: see LinkFile).
+func (s *Store) restamp(id, rel string) {
+	st, err := statStamp(filepath.Join(s.path(id), filepath.FromSlash(rel)))
+	s.v.mu.Lock()
+	defer s.v.mu.Unlock()
+	if mk := s.v.m[id]; mk != nil {
+		if _, ok := mk.files[rel]; ok && err == nil {
+			mk.files[rel] = st
+		}
+	}
+}
+
 // forget drops snapshot id's mark.
 func (s *Store) forget(id string) {
 	s.v.mu.Lock()
@@ -107,7 +136,7 @@ func (s *Store) trusted(id, checksum string) bool {
 	dir := s.path(id)
 	for n, want := range mk.files {
 		got, err := statStamp(filepath.Join(dir, filepath.FromSlash(n)))
-		if err != nil || got != want {
+		if err != nil || !got.unchanged(want) {
 			s.forget(id)
 			return false
 		}
