@@ -72,10 +72,12 @@ type DedupStats struct {
 // that pages equal to the base dump's at the same address and pid are read
 // from base (see above). base must be a full dump: a process whose base
 // image has in-parent entries is left whole, as is one the base
-// has no image of, or one with nothing in common. link hard-links base's
-// file name to path to (nil: os.Link); the caller's link may check the
-// base's integrity first. Where a link fails the dump is left whole.
-func DedupPages(dir, base string, link func(name, to string) error) (DedupStats, error) {
+// has no image of, or one with nothing in common; and the whole dump is
+// left whole when less than minShared (a fraction) of its pages would be
+// shared. link hard-links base's file name to path to (nil: os.Link); the
+// caller's link may check the base's integrity first. Where a link fails
+// the dump is left whole.
+func DedupPages(dir, base string, minShared float64, link func(name, to string) error) (DedupStats, error) {
 	if link == nil {
 		link = func(name, to string) error { return os.Link(filepath.Join(base, name), to) }
 	}
@@ -116,6 +118,10 @@ func DedupPages(dir, base string, link func(name, to string) error) (DedupStats,
 		st.Shared += shared
 		done = append(done, *r)
 		st.Linked = append(st.Linked, name, r.basePages)
+	}
+	if float64(st.Shared) < minShared*float64(st.Pages) {
+		clean()
+		return DedupStats{Pages: st.Pages}, nil
 	}
 	// Everything is written; now replace, pages files first. A failure
 	// here leaves a mix CRIU cannot restore.

@@ -161,7 +161,7 @@ func TestDedupPages(t *testing.T) {
 	shmem := []byte("shared memory images stay as they are")
 	os.WriteFile(filepath.Join(dir, "pagemap-shmem-5.img"), shmem, 0o644)
 
-	st, err := DedupPages(dir, base, nil)
+	st, err := DedupPages(dir, base, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,10 +189,10 @@ func TestDedupPages(t *testing.T) {
 	}
 
 	// A deduplicated dump is not a base, and is not deduplicated twice.
-	if _, err := DedupPages(t.TempDir(), dir, nil); err == nil {
+	if _, err := DedupPages(t.TempDir(), dir, 0, nil); err == nil {
 		t.Fatal("a dump with a parent was accepted as a base")
 	}
-	if _, err := DedupPages(dir, t.TempDir(), nil); err == nil {
+	if _, err := DedupPages(dir, t.TempDir(), 0, nil); err == nil {
 		t.Fatal("a dump with a parent was deduplicated again")
 	}
 }
@@ -203,7 +203,7 @@ func TestDedupPagesNothingShared(t *testing.T) {
 	writeDump(t, base, 1, 1, memory{0x1000: randomPage(r)})
 	writeDump(t, dir, 1, 1, memory{0x1000: randomPage(r), 0x2000: randomPage(r)})
 	before, _ := os.ReadFile(filepath.Join(dir, "pages-1.img"))
-	st, err := DedupPages(dir, base, nil)
+	st, err := DedupPages(dir, base, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +230,7 @@ func TestDedupPagesRefusesBadImages(t *testing.T) {
 		"truncated":     b[:len(b)-3],
 	} {
 		os.WriteFile(pm, bad, 0o644)
-		if _, err := DedupPages(dir, base, nil); err == nil {
+		if _, err := DedupPages(dir, base, 0, nil); err == nil {
 			t.Errorf("%s: accepted", name)
 		} else if errors.Is(err, ErrImagesDamaged) {
 			t.Errorf("%s: %v claims damage it did not do", name, err)
@@ -241,5 +241,37 @@ func TestDedupPagesRefusesBadImages(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(dir, ParentDir)); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s: parent dir left behind", name)
 		}
+	}
+}
+
+// A dump that would share less than the fraction asked for stays whole.
+func TestDedupPagesMinShared(t *testing.T) {
+	r := rand.New(rand.NewSource(4))
+	ps := uint64(os.Getpagesize())
+	base := t.TempDir()
+	baseMem := memory{0x1000: randomPage(r), 0x1000 + ps: randomPage(r)}
+	writeDump(t, base, 1, 1, baseMem)
+	child := memory{0x1000: baseMem[0x1000], 0x1000 + ps: randomPage(r), 0x9000: randomPage(r), 0xa000: randomPage(r)}
+	for _, tc := range []struct {
+		min    float64
+		shared int64
+	}{{0.5, 0}, {0.25, 1}} {
+		dir := t.TempDir()
+		writeDump(t, dir, 1, 1, child)
+		st, err := DedupPages(dir, base, tc.min, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Shared != tc.shared || st.Pages != 4 {
+			t.Fatalf("min %.2f: stats %+v, want %d of 4 shared", tc.min, st, tc.shared)
+		}
+		_, err = os.Stat(filepath.Join(dir, ParentDir))
+		if (tc.shared == 0) != errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("min %.2f: parent dir: %v", tc.min, err)
+		}
+		if leftovers, _ := filepath.Glob(filepath.Join(dir, ".new-*")); len(leftovers) > 0 {
+			t.Fatalf("min %.2f: temporary files left: %v", tc.min, leftovers)
+		}
+		sameMemory(t, readDump(t, dir, 1), child)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"path"
 	"path/filepath"
 	"time"
 
@@ -21,121 +22,163 @@ import (
 // A sandbox restored from a memory snapshot starts with memory that is,
 // page for page, the snapshot's; a later memory snapshot or suspend image
 // of it differs only where the session wrote. So each live sandbox has a
-// base: a full memory snapshot (one that shares nothing itself) its memory
-// descends from — the snapshot it was restored from, or that snapshot's
-// own base, or the first full checkpoint of a sandbox that had none. After
-// a dump, criu.DedupPages compares every page with the base's page at the
-// same address and turns equal ones into references to the base's files,
-// which are hard-linked into the new snapshot's criu/parent: the snapshot
-// stores only what changed, stands alone (deleting the base loses nothing:
-// the links keep the data), and restores with plain CRIU. A dump whose base
-// is gone, unreadable or corrupt is kept whole; a base is never a snapshot
-// that itself shares pages, so the chain is one level deep.
+// base: the page images of a full dump its memory descends from, inside a
+// snapshot that exists — the CRIU images of the snapshot it was restored
+// (or resumed) from, or, when that snapshot itself shares pages, the base
+// images it holds in criu/parent; a sandbox with none gets its first
+// memory checkpoint. After a dump, criu.DedupPages compares every page with
+// the base's page at the same address and turns equal ones into references
+// to the base's files, which are hard-linked into the new snapshot's
+// criu/parent: the snapshot stores only what changed, stands alone
+// (deleting the base's snapshot loses nothing: the links keep the data),
+// and restores with plain CRIU. Pages are compared, so any base is correct;
+// a base is always a full dump, so the chain is one level deep.
+//
+// A session that suspends and resumes again and again keeps sharing: it
+// resumes from its suspend image, which the next suspend dumps against
+// (the image is dropped only once the next one is committed), linking the
+// same base files forward. A dump that would share less than
+// minSharedFraction of its pages is kept whole instead and becomes the base
+// of the next, so a session that drifted from its base rebases itself. A
+// dump whose base is gone, unreadable or corrupt is kept whole too.
 
-// memBaseFile, in a memory snapshot's CRIU directory, records the base the
-// snapshot shares pages with (absent: it shares none).
+// memBaseFile, in a memory snapshot's CRIU directory, records what the
+// snapshot shares pages with (absent: it shares none). Informational: the
+// files under criu/parent are what a restore reads.
 const memBaseFile = "forkbox-base.json"
 
+// minSharedFraction: below it a dump is kept whole (see above).
+const minSharedFraction = 0.5
+
 type memBaseRecord struct {
-	Snapshot    string `json:"snapshot"`
+	Snapshot    string `json:"snapshot"` // whose files were linked
+	Dir         string `json:"dir"`      // from which directory of it
 	Pages       int64  `json:"pages"`
 	SharedPages int64  `json:"shared_pages"`
 }
 
-// memBaseOf returns the base of a sandbox restored from memory snapshot
-// snapID (whose CRIU images are criuDir): the snapshot's own base when it
-// shares pages, else the snapshot itself.
-func memBaseOf(snapID, criuDir string) string {
-	b, err := os.ReadFile(filepath.Join(criuDir, memBaseFile))
-	if errors.Is(err, os.ErrNotExist) {
-		if _, err := os.Stat(criuDir); err != nil {
-			return "" // not here (a cache that evicted it): unknown
+// memBase is where a live sandbox's base images are: a directory (slash-
+// separated, "criu" or "criu/parent") of a snapshot.
+type memBase struct {
+	snapshot, dir string
+}
+
+// baseIn returns the base that a sandbox restored from memory snapshot
+// snapID (whose CRIU images are criuDir) has: the images the snapshot
+// shares pages with, else its own. None when the files are not here (a
+// cache that evicted them).
+func baseIn(snapID, criuDir string) memBase {
+	if _, err := os.Stat(filepath.Join(criuDir, criu.ParentDir)); err == nil {
+		return memBase{snapID, criuDirName + "/" + criu.ParentDir}
+	}
+	if _, err := os.Stat(criuDir); err != nil {
+		return memBase{}
+	}
+	return memBase{snapID, criuDirName}
+}
+
+// adoptedBase finds a base for a sandbox adopted after a restart (which one
+// it had is not kept): the suspend image it last resumed from, else the
+// memory snapshot it was created from. A wrong guess only shares fewer
+// pages.
+func (m *Manager) adoptedBase(ctx context.Context, sb *store.Sandbox) memBase {
+	if m.snaps == nil {
+		return memBase{}
+	}
+	for _, id := range []string{sb.SuspendImage, sb.SnapshotID} {
+		if id == "" {
+			continue
 		}
-		return snapID
+		sn, err := m.store.GetSnapshot(ctx, id)
+		if err != nil || (sn.Type != api.SnapshotMemory && sn.Type != snapshotSuspend) {
+			continue
+		}
+		if b := baseIn(sn.ID, filepath.Join(m.snaps.Path(sn.ID), criuDirName)); b.snapshot != "" {
+			return b
+		}
 	}
-	var rec memBaseRecord
-	if err != nil || json.Unmarshal(b, &rec) != nil {
-		return ""
-	}
-	return rec.Snapshot
+	return memBase{}
 }
 
-// adoptedBase guesses the base of a sandbox adopted after a restart (which
-// one it had is not kept): the base of the memory snapshot it was created
-// from, if any. Any base gives correct snapshots (pages are compared); a
-// wrong guess only shares fewer pages.
-func (m *Manager) adoptedBase(ctx context.Context, sb *store.Sandbox) string {
-	if sb.SnapshotID == "" || m.snaps == nil {
-		return ""
-	}
-	sn, err := m.store.GetSnapshot(ctx, sb.SnapshotID)
-	if err != nil || sn.Type != api.SnapshotMemory {
-		return ""
-	}
-	return memBaseOf(sn.ID, filepath.Join(m.snaps.Path(sn.ID), criuDirName))
-}
-
-func (l *live) base() string {
+func (l *live) base() memBase {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.memBase
 }
 
-func (l *live) setBase(id string) {
+func (l *live) setBase(b memBase) {
 	l.mu.Lock()
-	l.memBase = id
+	l.memBase = b
 	l.mu.Unlock()
 }
 
 // dedupMemory shares the pages of the memory snapshot being written into p
-// with the sandbox's base (see above). The sandbox runs again meanwhile: this
-// is not part of its pause. Only an error that leaves the images unusable
-// is returned; anything else keeps the dump whole and is logged.
-func (m *Manager) dedupMemory(ctx context.Context, l *live, p *snapshot.Pending) error {
+// (id) with the sandbox's base (see above), and makes a whole dump the
+// sandbox's next base. The sandbox runs again meanwhile: this is not part
+// of its pause. Only an error that leaves the images unusable is returned;
+// anything else keeps the dump whole and is logged.
+func (m *Manager) dedupMemory(ctx context.Context, l *live, p *snapshot.Pending, id string) error {
 	base := l.base()
-	if base == "" {
-		return nil
+	shared, err := m.sharePages(ctx, l, p, base)
+	if err != nil {
+		return err
+	}
+	if !shared {
+		// Whole: the next dump shares with this one (once committed;
+		// until then, and if it never is, that finds no snapshot).
+		l.setBase(memBase{id, criuDirName})
+	}
+	return nil
+}
+
+// sharePages does dedupMemory's work and reports whether the dump now
+// shares pages with base.
+func (m *Manager) sharePages(ctx context.Context, l *live, p *snapshot.Pending, base memBase) (bool, error) {
+	if base.snapshot == "" {
+		return false, nil
 	}
 	start := time.Now()
-	sn, err := m.store.GetSnapshot(ctx, base)
+	sn, err := m.store.GetSnapshot(ctx, base.snapshot)
 	if err != nil {
-		if !errors.Is(err, errdefs.ErrNotFound) {
-			m.log.Warn("memory snapshot kept whole: base unreadable", "sandbox", l.id, "base", base, "err", err)
+		if !errors.Is(err, errdefs.ErrNotFound) { // deleted: nothing to say
+			m.log.Warn("memory snapshot kept whole: base unreadable", "sandbox", l.id, "base", base.snapshot, "err", err)
 		}
-		l.setBase("") // deleted: the next full checkpoint becomes the base
-		return nil
+		return false, nil
 	}
-	if err := m.snaps.VerifyContext(ctx, base, sn.Checksum); err != nil {
-		m.log.Warn("memory snapshot kept whole: base failed verification", "sandbox", l.id, "base", base, "err", err)
-		return nil
+	if err := m.snaps.VerifyContext(ctx, base.snapshot, sn.Checksum); err != nil {
+		m.log.Warn("memory snapshot kept whole: base failed verification", "sandbox", l.id, "base", base.snapshot, "err", err)
+		return false, nil
 	}
 	dir := filepath.Join(p.Dir(), criuDirName)
 	sums := map[string]string{}
-	st, err := criu.DedupPages(dir, filepath.Join(m.snaps.Path(base), criuDirName), func(name, to string) error {
-		sum, err := m.snaps.LinkFile(base, sn.Checksum, criuDirName+"/"+name, to)
-		sums[name] = sum
-		return err
-	})
+	st, err := criu.DedupPages(dir, filepath.Join(m.snaps.Path(base.snapshot), filepath.FromSlash(base.dir)), minSharedFraction,
+		func(name, to string) error {
+			sum, err := m.snaps.LinkFile(base.snapshot, sn.Checksum, path.Join(base.dir, name), to)
+			sums[name] = sum
+			return err
+		})
 	if errors.Is(err, criu.ErrImagesDamaged) {
-		return err
+		return false, err
 	}
 	if err != nil {
-		m.log.Warn("memory snapshot kept whole: pages not deduplicated", "sandbox", l.id, "base", base, "err", err)
-		return nil
+		m.log.Warn("memory snapshot kept whole: pages not deduplicated", "sandbox", l.id, "base", base.snapshot, "err", err)
+		return false, nil
 	}
 	if st.Shared == 0 {
-		return nil
+		m.log.Debug("memory snapshot kept whole: too little in common with its base", "sandbox", l.id, "base", base.snapshot,
+			"pages", st.Pages, "ms", time.Since(start).Milliseconds())
+		return false, nil
 	}
 	for _, name := range st.Linked {
 		if err := p.Shared(criuDirName+"/"+criu.ParentDir+"/"+name, sums[name]); err != nil {
-			return err
+			return false, err
 		}
 	}
-	rec, _ := json.Marshal(memBaseRecord{Snapshot: base, Pages: st.Pages, SharedPages: st.Shared})
+	rec, _ := json.Marshal(memBaseRecord{Snapshot: base.snapshot, Dir: base.dir, Pages: st.Pages, SharedPages: st.Shared})
 	if err := durable.WriteFile(filepath.Join(dir, memBaseFile), rec, 0o644); err != nil {
-		return err
+		return false, err
 	}
-	m.log.Debug("memory snapshot shares pages with its base", "sandbox", l.id, "base", base,
+	m.log.Debug("memory snapshot shares pages with its base", "sandbox", l.id, "base", base.snapshot,
 		"pages", st.Pages, "shared", st.Shared, "ms", time.Since(start).Milliseconds())
-	return nil
+	return true, nil
 }

@@ -154,7 +154,7 @@ type live struct {
 	pooled         bool // ready in a warm pool: never idle-reaped
 	memoryMB       int64
 	mu             sync.Mutex
-	memBase        string // the full memory snapshot its memory descends from (dedup.go)
+	memBase        memBase // the page images its memory descends from (dedup.go)
 	inflight       int
 	lastActive     time.Time
 	persistedAt    time.Time
@@ -494,7 +494,7 @@ func (m *Manager) create(ctx context.Context, req *api.CreateSandboxRequest, o c
 	m.metrics.createSeconds.Observe(time.Since(start).Seconds())
 	l := m.track(sb, info) // a failure from here on is undone by setError, which untracks
 	if criuDir != "" {
-		l.setBase(memBaseOf(snapID, criuDir))
+		l.setBase(baseIn(snapID, criuDir))
 	}
 	if err := hookPoint(opCtx, "create:started", id, sb.Name); err != nil {
 		return fail(err)

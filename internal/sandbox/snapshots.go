@@ -144,10 +144,6 @@ func (m *Manager) Checkpoint(ctx context.Context, ref string, req *api.Checkpoin
 	if err := m.recordSnapshot(ctx, rec); err != nil {
 		return nil, err
 	}
-	if typ == api.SnapshotMemory && l.base() == "" {
-		// A full dump: later snapshots of this sandbox share its pages.
-		l.setBase(id)
-	}
 	m.log.Info("snapshot taken", "snapshot", id, "sandbox", sb.ID, "type", typ, "bytes", size, "paused_ms", paused.Milliseconds())
 	v := snapshotView(rec)
 	return &v, nil
@@ -274,7 +270,7 @@ func (m *Manager) captureMemory(ctx context.Context, l *live, sb *store.Sandbox,
 	}
 	// CRIU's log is not part of the snapshot's content.
 	os.Remove(filepath.Join(criuDir, "dump.log"))
-	return paused, m.dedupMemory(ctx, l, p)
+	return paused, m.dedupMemory(ctx, l, p, p.ID())
 }
 
 // GetSnapshot returns one snapshot.

@@ -312,7 +312,7 @@ func (m *Manager) Resume(ctx context.Context, ref string) (_ *api.Sandbox, err e
 	}
 	now := m.now().UTC()
 	sb.LastActiveAt = now
-	m.track(sb, info).setBase(memBaseOf(snap.ID, criuDir))
+	m.track(sb, info).setBase(baseIn(snap.ID, criuDir))
 	sb, err = m.setState(ctx, sb.ID, api.StateRunning, "", func(s *store.Sandbox) {
 		s.Runtime = runtime.MarshalInfo(info)
 		s.LastActiveAt = now

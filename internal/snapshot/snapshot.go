@@ -149,6 +149,9 @@ func (s *Store) Begin(id string) (*Pending, error) {
 	return &Pending{s: s, id: id, dir: dir}, nil
 }
 
+// ID is the snapshot's id.
+func (p *Pending) ID() string { return p.id }
+
 // Dir is where the snapshot's files are written.
 func (p *Pending) Dir() string { return p.dir }
 

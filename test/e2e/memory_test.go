@@ -184,8 +184,10 @@ func TestMemorySnapshotSurvivesRestart(t *testing.T) {
 // as the pages it changed, not its whole memory: at most 30% of its memory
 // use, as the speed-and-density targets ask. The saved session restores
 // byte for byte (a hash of 48 MiB of random data held by the kernel), also
-// after the golden snapshot is deleted; a corrupt shared page file is
-// refused like any corrupt snapshot.
+// after the golden snapshot is deleted (and a snapshot of a sandbox
+// restored from the session's snapshot still shares the golden pages,
+// through it); a corrupt shared page file is refused like any corrupt
+// snapshot.
 func TestMemorySnapshotSharesPages(t *testing.T) {
 	needRoot(t)
 	ctx := ctxT(t)
@@ -263,7 +265,18 @@ func TestMemorySnapshotSharesPages(t *testing.T) {
 	if got := mainResult(t, runCode(t, shared, again.ID, py(check))); got != want {
 		t.Fatalf("restored from the session's snapshot: %s, want %s", got, want)
 	}
-	// Its base is gone: the next snapshot is whole, and as good.
+	// The golden snapshot is gone, but the session's snapshot holds its
+	// pages: a snapshot of the restored sandbox shares them through it.
+	status, snap2, raw := checkpoint(t, shared, again.ID, api.CheckpointRequest{Type: "memory"})
+	if status != 201 {
+		t.Fatalf("checkpoint of the restored sandbox: %d %s", status, raw)
+	}
+	t.Cleanup(func() { shared.c.DeleteSnapshot(context.WithoutCancel(ctx), snap2.ID) })
+	ratio("snapshot of a sandbox restored from the session's snapshot", snap2.SizeBytes)
+	// With that snapshot deleted too, the next one is whole, and as good.
+	if err := shared.c.DeleteSnapshot(ctx, snap.ID); err != nil {
+		t.Fatal(err)
+	}
 	status, whole, raw := checkpoint(t, shared, again.ID, api.CheckpointRequest{Type: "memory"})
 	if status != 201 {
 		t.Fatalf("checkpoint without a base: %d %s", status, raw)
@@ -272,13 +285,18 @@ func TestMemorySnapshotSharesPages(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(snapDir(whole.ID), "parent")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("a snapshot shares pages with a deleted base: %v", err)
 	}
-	third := newSandbox(t, shared, api.CreateSandboxRequest{SnapshotID: whole.ID})
-	if got := mainResult(t, runCode(t, shared, third.ID, py(check))); got != want {
-		t.Fatalf("restored from the whole snapshot: %s, want %s", got, want)
+	for _, id := range []string{whole.ID, snap2.ID} {
+		r := newSandbox(t, shared, api.CreateSandboxRequest{SnapshotID: id})
+		if got := mainResult(t, runCode(t, shared, r.ID, py(check))); got != want {
+			t.Fatalf("restored from %s: %s, want %s", id, got, want)
+		}
+		if _, err := shared.c.DeleteSandbox(ctx, r.ID); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	// A flipped byte in a shared page file: refused, nothing created.
-	pages, _ := filepath.Glob(filepath.Join(snapDir(snap.ID), "parent", "pages-*.img"))
+	pages, _ := filepath.Glob(filepath.Join(snapDir(snap2.ID), "parent", "pages-*.img"))
 	var biggest string
 	var most int64
 	for _, p := range pages {
@@ -299,7 +317,7 @@ func TestMemorySnapshotSharesPages(t *testing.T) {
 	f.WriteAt(b, most/2)
 	f.Close()
 	before := countSandboxes(t, shared)
-	status, raw = postJSON(t, shared, "/v1/sandboxes", api.CreateSandboxRequest{SnapshotID: snap.ID})
+	status, raw = postJSON(t, shared, "/v1/sandboxes", api.CreateSandboxRequest{SnapshotID: snap2.ID})
 	if status != 409 || !strings.Contains(string(raw), "corrupt") {
 		t.Fatalf("restore with a corrupt shared page file: %d %s", status, raw)
 	}
@@ -307,7 +325,55 @@ func TestMemorySnapshotSharesPages(t *testing.T) {
 		t.Fatal("a refused restore created a sandbox")
 	}
 	// The daemon and the sandboxes keep working.
-	if got := mainResult(t, runCode(t, shared, third.ID, py("x + 21"))); got != "42" {
+	if got := mainResult(t, runCode(t, shared, again.ID, py("x + 21"))); got != "42" {
 		t.Fatalf("after the refused restore: %s", got)
+	}
+}
+
+// TestSuspendImagesShareWithThePrevious: a session that never restored from
+// a snapshot suspends whole once; from then on each suspend image shares
+// the pages it did not change with the image it resumed from, and resumes
+// byte for byte.
+func TestSuspendImagesShareWithThePrevious(t *testing.T) {
+	needRoot(t)
+	ctx := ctxT(t)
+	sb := newSandbox(t, shared, api.CreateSandboxRequest{MemoryMB: i64(1024), Name: "suspend-chain"})
+	noError(t, runCode(t, shared, sb.ID, py("import os, hashlib\ndata = os.urandom(48 << 20)\nh = hashlib.sha256(data).hexdigest()\nn = 0")))
+	imageSize := func() (size, mem int64) {
+		t.Helper()
+		cur, err := shared.c.GetSandbox(ctx, sb.ID)
+		if err != nil || cur.Usage == nil {
+			t.Fatalf("usage: %+v %v", cur, err)
+		}
+		mem = cur.Usage.MemoryBytes
+		if _, err := shared.c.Suspend(ctx, sb.ID); err != nil {
+			t.Fatal(err)
+		}
+		status, img, raw := checkpoint(t, shared, sb.ID, api.CheckpointRequest{Type: "memory"})
+		if status != 201 {
+			t.Fatalf("checkpoint of the suspended session: %d %s", status, raw)
+		}
+		if err := shared.c.DeleteSnapshot(ctx, img.ID); err != nil {
+			t.Fatal(err)
+		}
+		return img.SizeBytes, mem
+	}
+	first, mem := imageSize()
+	if first < 48<<20 {
+		t.Fatalf("first suspend image: %d bytes for a session using %d", first, mem)
+	}
+	for i := 1; i <= 3; i++ {
+		want := fmt.Sprintf("(True, %d)", i)
+		if got := mainResult(t, runCode(t, shared, sb.ID, py("n += 1\nhashlib.sha256(data).hexdigest() == h, n"))); got != want {
+			t.Fatalf("resume %d: %s, want %s", i, got, want)
+		}
+		size, mem := imageSize()
+		t.Logf("suspend %d: image %.1f MiB, session memory %.1f MiB (first image %.1f MiB)", i+1, float64(size)/(1<<20), float64(mem)/(1<<20), float64(first)/(1<<20))
+		if size*100 > mem*30 {
+			t.Fatalf("suspend image %d is %d bytes for a session using %d: more than 30%%", i+1, size, mem)
+		}
+	}
+	if got := mainResult(t, runCode(t, shared, sb.ID, py("hashlib.sha256(data).hexdigest() == h, n"))); got != "(True, 3)" {
+		t.Fatalf("last resume: %s", got)
 	}
 }
