@@ -2,7 +2,11 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
+	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -153,4 +157,178 @@ func BenchmarkSharedPages(b *testing.B) {
 		fmt.Sprintf("%s (%s)", fmtMS(dedupMS.p50()), f(dedupMS.p95())), "–", "–", "–")
 	tableRow("resume → first `df.shape` answer", dur(shared.resumed), dur(whole.resumed), "–", "–")
 	tableRow("restore of the session's snapshot → first `df.shape` answer", dur(shared.restored), dur(whole.restored), "–", "–")
+}
+
+// The suspended-sessions density target: one host holds 1,000 suspended
+// sessions, verified, with its memory back to where it started.
+const (
+	manySessions       = 1000
+	manyTarget         = 1000
+	manyParallel       = 4
+	manyBudget         = 25 * time.Minute // create + suspend phase
+	manyVerified       = 50               // resumed and checked, spread over all
+	manyCell           = "import pandas as pd; df = pd.DataFrame({'a': range(1000)})"
+	manyMemSlackMiB    = 256 // MemAvailable after all are suspended vs before the first
+	manyDiskPerSession = 16  // target: MiB of disk per suspended session (du, links counted once)
+)
+
+// BenchmarkSuspendedSessions: a golden memory snapshot of a pandas kernel;
+// FORKBOX_BENCH_SESSIONS (default 1,000) sessions restored from it, 4 at a
+// time, each told its number (`n = i`) and suspended. Then: how many are
+// suspended (the list), the disk their images take (du of the snapshots,
+// hard links once), MemAvailable and the daemon's RSS against before the
+// first, 50 of them spread over the range resumed and asked `n, len(df)`,
+// and everything deleted.
+func BenchmarkSuspendedSessions(b *testing.B) {
+	hideNsPerOp(b)
+	count := envInt("FORKBOX_BENCH_SESSIONS", manySessions)
+	loadStart := loadAvg()
+	d := startDaemon(b, false)
+	c := &snapClient{codeCaller: newCodeCaller(d), d: d}
+	ctx := context.Background()
+	must := func(err error) {
+		b.Helper()
+		if err != nil {
+			b.Fatalf("%v\n%s", err, d.logTail(30))
+		}
+	}
+	rssBase, _ := d.rssBytes()
+	availBase := settledMemAvailable(b)
+	snapDir := filepath.Join(d.dir, "data", "snapshots")
+
+	src, err := c.create(ctx, api.CreateSandboxRequest{})
+	must(err)
+	_, err = c.code(ctx, src.ID, manyCell)
+	must(err)
+	golden, err := c.checkpoint(ctx, src.ID)
+	must(err)
+	must(c.remove(ctx, src.ID))
+	goldenAlloc, _ := duBytes(snapDir)
+
+	timeout := int64(susTimeoutSecs)
+	ids := make([]string, count)
+	var create, suspend samples
+	var mu sync.Mutex
+	var errs []error
+	watch := watchMemAvailable()
+	start := time.Now()
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range manyParallel {
+		wg.Go(func() {
+			for i := range next {
+				t0 := time.Now()
+				sb, err := c.create(ctx, api.CreateSandboxRequest{SnapshotID: golden.ID, Name: fmt.Sprintf("s-%04d", i), TimeoutSecs: &timeout})
+				if err == nil {
+					_, err = c.code(ctx, sb.ID, fmt.Sprintf("n = %d", i))
+				}
+				t1 := time.Now()
+				if err == nil {
+					_, err = c.susSuspend(ctx, sb.ID)
+				}
+				mu.Lock()
+				if err != nil {
+					errs = append(errs, fmt.Errorf("session %d: %w", i, err))
+				} else {
+					ids[i] = sb.ID
+					create = append(create, t1.Sub(t0))
+					suspend = append(suspend, time.Since(t1))
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	made := 0
+	for i := range count {
+		if time.Since(start) > manyBudget {
+			break
+		}
+		next <- i
+		made++
+	}
+	close(next)
+	wg.Wait()
+	wall := time.Since(start)
+	availLow := watch.end()
+	if err := errors.Join(errs...); err != nil {
+		b.Fatalf("%v\n%s", err, d.logTail(30))
+	}
+
+	var list api.SandboxList
+	must(c.call(ctx, http.MethodGet, "/v1/sandboxes?state=suspended", nil, &list))
+	suspended := len(list.Sandboxes)
+	availSusp := settledMemAvailable(b)
+	rssSusp, _ := d.rssBytes()
+	images, _, apparent := snapshotsDu(snapDir)
+	alloc, _ := duBytes(snapDir) // hard links once
+	dataAlloc, _ := duBytes(filepath.Join(d.dir, "data"))
+
+	// Resume a spread of them: each still knows its number and its frame.
+	verified := 0
+	var resumed samples
+	for k := range manyVerified {
+		i := k * made / manyVerified
+		if ids[i] == "" {
+			continue
+		}
+		t0 := time.Now()
+		ex, err := c.code(ctx, ids[i], "n, len(df)")
+		must(err)
+		resumed = append(resumed, time.Since(t0))
+		if got, want := mainText(ex), fmt.Sprintf("(%d, 1000)", i); got != want {
+			b.Errorf("session %d after resume: %q, want %s", i, got, want)
+			continue
+		}
+		verified++
+	}
+
+	delStart := time.Now()
+	next = make(chan int)
+	derrs := make([]error, count)
+	for range manyParallel {
+		wg.Go(func() {
+			for i := range next {
+				if ids[i] != "" {
+					derrs[i] = c.remove(ctx, ids[i])
+				}
+			}
+		})
+	}
+	for i := range count {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	delWall := time.Since(delStart)
+	if err := errors.Join(derrs...); err != nil {
+		b.Errorf("delete: %v", err)
+	}
+	must(c.removeSnapshot(ctx, golden.ID))
+	allocEnd, _ := duBytes(snapDir)
+	loadEnd := loadAvg()
+
+	perSession := float64(alloc-goldenAlloc) / float64(max(suspended, 1)) / mib
+	memDelta := float64(availBase-availSusp) / mib
+	b.ReportMetric(float64(suspended), "suspended-sessions")
+	b.ReportMetric(perSession, "disk-MiB-per-session")
+	b.ReportMetric(memDelta, "memavail-drop-MiB")
+
+	tableTitle(fmt.Sprintf("suspended sessions one host holds: %d sessions restored from a golden snapshot (%.1f MiB, a pandas kernel), told their number and suspended, %d at a time; load average %s at start, %s at end",
+		made, float64(golden.SizeBytes)/mib, manyParallel, loadStart, loadEnd))
+	tableHeader("metric", "this run", "target", "met?")
+	tableRow("sessions suspended (listed `state=suspended`)", fmt.Sprint(suspended), fmt.Sprintf("≥ %d", manyTarget), verdictAtLeast(float64(suspended), manyTarget))
+	tableRow(fmt.Sprintf("resumed and checked (`n, len(df)`), %d spread over all", manyVerified), fmt.Sprintf("%d of %d", verified, len(resumed)),
+		"all", map[bool]string{true: "yes", false: "no"}[verified == manyVerified && len(resumed) == manyVerified])
+	tableRow("disk per suspended session (du of the snapshots, hard links once, golden excluded)", fmt.Sprintf("%s MiB", f(perSession)),
+		fmt.Sprintf("≤ %d MiB", manyDiskPerSession), verdict(perSession, manyDiskPerSession))
+	tableRow("snapshots dir: du (hard links once) / apparent size (per name)", fmt.Sprintf("%s / %s MiB in %d dirs", f(float64(alloc)/mib), f(float64(apparent)/mib), images), "–", "–")
+	tableRow("data dir du with all suspended", mibStr(dataAlloc), "–", "–")
+	tableRow("MemAvailable: before the first / lowest while saving / all suspended", fmt.Sprintf("%s / %s / %s", mibStr(availBase), mibStr(availLow), mibStr(availSusp)), "–", "–")
+	tableRow("… drop with all suspended (RAM back to baseline)", fmt.Sprintf("%s MiB", f(memDelta)), fmt.Sprintf("≤ %d MiB", manyMemSlackMiB), verdict(memDelta, manyMemSlackMiB))
+	tableRow("daemon RSS: before / all suspended", fmt.Sprintf("%s / %s", mibStr(rssBase), mibStr(rssSusp)), "–", "–")
+	tableRow("wall time to save them all", fmt.Sprintf("%s s (%s sessions/s)", f(wall.Seconds()), f(float64(len(create))/wall.Seconds())), "–", "–")
+	tableRow("per session: restore + `n = i`, p50 (p95)", fmt.Sprintf("%s (%s)", fmtMS(create.p50()), f(create.p95())), "–", "–")
+	tableRow("per session: suspend, p50 (p95)", fmt.Sprintf("%s (%s)", fmtMS(suspend.p50()), f(suspend.p95())), "–", "–")
+	tableRow("resume → answer of the checked ones, p50 (p95)", fmt.Sprintf("%s (%s)", fmtMS(resumed.p50()), f(resumed.p95())), "–", "–")
+	tableRow("delete them all, 4 at a time; snapshots du after", fmt.Sprintf("%s s; %s", f(delWall.Seconds()), mibStr(allocEnd)), "–", "–")
 }
