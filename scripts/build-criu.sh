@@ -11,7 +11,8 @@
 #      `apt-get source --download-only criu=4.2.1-1` (or the newest 4.x there);
 #   3. unpacks it (dpkg-source -x, or the checksum-verified upstream tarball
 #      alone when the mirror lacks Debian's packaging tarball), runs
-#      `make criu` (the binary only: no docs, no libraries, no plugins) and
+#      `make criu` (the binary only: no docs, no libraries, no plugins) with
+#      /run/forkbox/criu as CRIU's run dir (its kernel-feature cache) and
 #      installs the binary with a VERSION file under /opt/forkbox/criu.
 # It is idempotent and fast: when /opt/forkbox/criu/sbin/criu already reports
 # version 4.2 or newer it does nothing. Run it as root (setup.sh calls it).
@@ -27,6 +28,9 @@ export DEBIAN_FRONTEND=noninteractive
 WANT_VERSION=4.2.1-1 # Debian source version to build
 MIN_VERSION=4.2      # older CRIU does not work on kernels >= 6.13
 PREFIX=/opt/forkbox/criu
+# CRIU's run dir, where it keeps its kernel-feature cache (criu.kdat) when
+# that is a tmpfs; the daemon makes it one (internal/criu/kdat_linux.go).
+KDAT_DIR=/run/forkbox/criu
 # forkbox's own patches to CRIU, applied in name order; the installed build
 # records their checksum and is rebuilt when they change.
 PATCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/criu-patches
@@ -80,7 +84,8 @@ have=""
 up_to_date() {
 	have=$(installed_version)
 	[[ -z ${FORKBOX_CRIU_REBUILD:-} && -n $have ]] && dpkg --compare-versions "$have" ge "$MIN_VERSION" &&
-		grep -qx "forkbox-patches: $patch_sum" "$PREFIX/VERSION" 2>/dev/null
+		grep -qx "forkbox-patches: $patch_sum" "$PREFIX/VERSION" 2>/dev/null &&
+		grep -qx "kdat-dir: $KDAT_DIR" "$PREFIX/VERSION" 2>/dev/null
 }
 
 if up_to_date; then
@@ -109,7 +114,7 @@ fi
 if [[ -n ${FORKBOX_CRIU_REBUILD:-} ]]; then
 	log "FORKBOX_CRIU_REBUILD is set: rebuilding CRIU (installed: ${have:-none})"
 elif [[ -n $have ]]; then
-	log "$PREFIX/sbin/criu reports $have, older than $MIN_VERSION: rebuilding"
+	log "$PREFIX/sbin/criu reports $have: rebuilding (older than $MIN_VERSION, or built with other forkbox patches or run dir than $PREFIX/VERSION records)"
 else
 	log "no CRIU at $PREFIX/sbin/criu; building CRIU $WANT_VERSION from Debian's source package"
 fi
@@ -285,7 +290,7 @@ done
 jobs=$(nproc 2>/dev/null || echo 2)
 log "building: make -j$jobs criu in $tree (log: $WORK/build.log)"
 build_started=$SECONDS
-if ! make -C "$tree" -j"$jobs" criu >"$WORK/build.log" 2>&1; then
+if ! make -C "$tree" -j"$jobs" criu RUNDIR="$KDAT_DIR" >"$WORK/build.log" 2>&1; then
 	tail -n 40 "$WORK/build.log" >&2
 	die "make criu failed; the full log is $WORK/build.log"
 fi
@@ -306,6 +311,7 @@ criu: $new
 source: Debian source package criu $version ($from)
 patches: $patches
 forkbox-patches: $patch_sum
+kdat-dir: $KDAT_DIR
 built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -r) by scripts/build-criu.sh
 EOF
 mv -f "$PREFIX/.VERSION.new" "$PREFIX/VERSION"

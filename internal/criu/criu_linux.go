@@ -140,22 +140,26 @@ func Find() (path string, version string, err error) {
 // it can use. It returns an error only when CRIU cannot be found or run or
 // ctx ends; a host that CRIU cannot serve is a Host with Usable false and a
 // Problem. It needs root, like CRIU itself, and takes well under a second
-// (seven short CRIU runs, each redoing CRIU's kernel probes: 0.6-0.8 s on a
-// 2-core VM), so call it once at start; it keeps nothing on disk.
+// (seven short CRIU runs: ~0.25 s on a 2-core VM once the first has written
+// CRIU's kernel-feature cache, 0.6-0.8 s without one), so call it once at
+// start. It makes KdatDir a tmpfs for that cache (kdat_linux.go).
 func Check(ctx context.Context) (*Host, error) {
 	path, version, err := Find()
 	if err != nil {
 		return nil, err
 	}
 	h := &Host{Path: path, Version: version, Features: map[string]bool{}}
+	if err := ensureKdatDir(); err != nil {
+		h.Warnings = append(h.Warnings, "no kernel-feature cache (every CRIU run probes the kernel again): "+err.Error())
+	}
 
-	// Plain `criu check` first, alone: on a host with /run on tmpfs it writes
-	// CRIU's kernel-feature cache, which the feature probes then only read.
+	// Plain `criu check` first, alone: it writes CRIU's kernel-feature cache
+	// (in KdatDir), which the feature probes and every later run read.
 	out, err := exec.CommandContext(ctx, path, "check").CombinedOutput()
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("criu check: %w", ctx.Err())
 	}
-	h.Warnings = warnings(out)
+	h.Warnings = append(h.Warnings, warnings(out)...)
 	if strings.Contains(string(out), breakpointWarning) {
 		h.Env = []string{noBreakpointsEnv}
 	}

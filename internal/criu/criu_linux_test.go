@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/forkbox/forkbox/internal/errdefs"
+	"golang.org/x/sys/unix"
 )
 
 // criuTimeout bounds every CRIU run in these tests, so that a CRIU that hangs
@@ -124,6 +125,29 @@ func TestCheck(t *testing.T) {
 		if !h.Features[f] {
 			t.Errorf("usable host lacks required feature %s", f)
 		}
+	}
+
+	// CRIU keeps its kernel-feature cache in KdatDir, a root-only tmpfs,
+	// and a run that finds it does not probe the kernel again.
+	var st unix.Statfs_t
+	if err := unix.Statfs(KdatDir, &st); err != nil || st.Type != unix.TMPFS_MAGIC {
+		t.Fatalf("%s is not a tmpfs after Check: %v (type %#x)", KdatDir, err, st.Type)
+	}
+	if fi, err := os.Stat(KdatDir); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("%s: %v %v, want a root-only dir", KdatDir, fi, err)
+	}
+	if _, err := os.Stat(filepath.Join(KdatDir, "criu.kdat")); err != nil {
+		t.Fatalf("no kernel-feature cache after Check (is CRIU built with RUNDIR=%s? make setup rebuilds it): %v", KdatDir, err)
+	}
+	logf := filepath.Join(t.TempDir(), "check.log")
+	if out, err := exec.CommandContext(ctx, path, "check", "-v4", "--log-file", logf).CombinedOutput(); err != nil {
+		t.Fatalf("criu check: %v\n%s", err, out)
+	}
+	if b, _ := os.ReadFile(logf); !strings.Contains(string(b), "Loaded kdat cache from "+filepath.Join(KdatDir, "criu.kdat")) {
+		t.Fatalf("criu check did not load the cache:\n%s", b)
+	}
+	if err := ensureKdatDir(); err != nil { // idempotent: already a tmpfs
+		t.Fatalf("ensureKdatDir again: %v", err)
 	}
 
 	// CRIU_FAULT=130 exactly when `criu check` warns about breakpoints.

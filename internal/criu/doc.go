@@ -25,6 +25,8 @@
 // pages equal to a base dump's are read from it, which CRIU's restore
 // supports natively.
 //
-// Check caches nothing on disk (CRIU keeps its own kernel-feature cache in
-// /run/criu.kdat when /run is tmpfs).
+// Check caches nothing on disk itself. CRIU keeps its kernel-feature cache
+// (criu.kdat) in KdatDir, as scripts/build-criu.sh builds it, and only on a
+// tmpfs: Check makes KdatDir one (kdat_linux.go), so that no CRIU run after
+// the first probes the kernel again.
 package criu
