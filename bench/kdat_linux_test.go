@@ -27,12 +27,7 @@ func BenchmarkCRIUCache(b *testing.B) {
 	d := startDaemon(b, false)
 	c := &snapClient{codeCaller: newCodeCaller(d), d: d}
 	ctx := context.Background()
-	must := func(err error) {
-		b.Helper()
-		if err != nil {
-			b.Fatalf("%v\n%s", err, d.logTail(30))
-		}
-	}
+	must := fatalWithLog(b, d)
 	cache := filepath.Join(criu.KdatDir, "criu.kdat")
 	if _, err := os.Stat(cache); err != nil {
 		skip(b, fmt.Sprintf("no CRIU kernel-feature cache at %s (%v): CRIU built without it (make setup rebuilds it)", cache, err))

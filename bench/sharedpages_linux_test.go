@@ -38,20 +38,16 @@ type sharedSide struct {
 // restored from it makes a small change and is suspended and resumed, and
 // another is checkpointed and its snapshot restored; next to them, sessions
 // that built the same DataFrame from scratch (no base: whole saves) go
-// through the same steps. Sizes are the API's size_bytes (a suspend image's through a memory
-// snapshot of the suspended session, which hard-links the image's files).
+// through the same steps. Sizes are the API's size_bytes (a suspend
+// image's through a memory snapshot of the suspended session, which
+// hard-links the image's files).
 func BenchmarkSharedPages(b *testing.B) {
 	hideNsPerOp(b)
 	loadStart := loadAvg()
 	d := startDaemon(b, true)
 	c := &snapClient{codeCaller: newCodeCaller(d), d: d}
 	ctx := context.Background()
-	must := func(err error) {
-		b.Helper()
-		if err != nil {
-			b.Fatalf("%v\n%s", err, d.logTail(30))
-		}
-	}
+	must := fatalWithLog(b, d)
 	memMB := int64(snapMemoryMB)
 	src, err := c.create(ctx, api.CreateSandboxRequest{MemoryMB: &memMB})
 	must(err)
@@ -186,12 +182,7 @@ func BenchmarkSuspendedSessions(b *testing.B) {
 	d := startDaemon(b, false)
 	c := &snapClient{codeCaller: newCodeCaller(d), d: d}
 	ctx := context.Background()
-	must := func(err error) {
-		b.Helper()
-		if err != nil {
-			b.Fatalf("%v\n%s", err, d.logTail(30))
-		}
-	}
+	must := fatalWithLog(b, d)
 	rssBase, _ := d.rssBytes()
 	availBase := settledMemAvailable(b)
 	snapDir := filepath.Join(d.dir, "data", "snapshots")
@@ -335,4 +326,15 @@ func BenchmarkSuspendedSessions(b *testing.B) {
 	tableRow("per session: suspend, p50 (p95)", fmt.Sprintf("%s (%s)", fmtMS(suspend.p50()), f(suspend.p95())), "–", "–")
 	tableRow("resume → answer of the checked ones, p50 (p95)", fmt.Sprintf("%s (%s)", fmtMS(resumed.p50()), f(resumed.p95())), "–", "–")
 	tableRow("delete them all, 4 at a time; snapshots du after", fmt.Sprintf("%s s; %s", f(delWall.Seconds()), mibStr(allocEnd)), "–", "–")
+}
+
+// fatalWithLog returns a check that ends the benchmark on an error, with
+// the tail of d's log.
+func fatalWithLog(b *testing.B, d *daemon) func(error) {
+	return func(err error) {
+		b.Helper()
+		if err != nil {
+			b.Fatalf("%v\n%s", err, d.logTail(30))
+		}
+	}
 }
