@@ -233,15 +233,26 @@ func (cg *cgroups) kill(timeout time.Duration) error {
 	}
 }
 
+// removeTimeout bounds how long remove retries a busy cgroup. A cgroup v1
+// hierarchy can refuse rmdir (EBUSY) for a while after the unified
+// hierarchy shows no process: the killed tasks are still exiting there
+// (freeing a kernel's hundreds of MiB takes a while on a loaded host; a CI
+// run under heavy load once needed more than the 0.5 s this used to allow).
+const removeTimeout = 5 * time.Second
+
 // remove deletes the cgroup directories (they must be empty of processes).
 func (cg *cgroups) remove() error {
 	var errs []error
+	deadline := time.Now().Add(removeTimeout)
 	for c, dir := range cg.paths {
 		var err error
-		for i := 0; i < 50; i++ {
+		for {
 			err = unix.Rmdir(dir)
 			if err == nil || errors.Is(err, unix.ENOENT) {
 				err = nil
+				break
+			}
+			if !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
 				break
 			}
 			time.Sleep(10 * time.Millisecond)
