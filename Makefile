@@ -61,7 +61,7 @@ test: setup build image fmt-check vet
 
 bench: setup build image
 	@if [ "$$(id -u)" -ne 0 ]; then echo "make bench: benchmarks need root" >&2; exit 1; fi
-	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 30m ./bench/...
+	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 120m ./bench/...
 
 # The soak (test/soak): mixed concurrent traffic against one daemon for
 # SOAK_DURATION, failing on any error or leak; make test runs a 2-minute one.
