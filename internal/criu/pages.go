@@ -347,11 +347,10 @@ func dedupOne(dir, base, parent, name string, link func(name, to string) error) 
 		runs = append(runs, pmEntry{vaddr: vaddr, n: 1, flags: flags})
 	}
 	cur := newPageCursor(bsrc, baseEnts, ps)
-	const chunk = 64 // pages read at a time
-	buf := make([]byte, chunk*ps)
+	buf := make([]byte, readChunk*ps)
 	for _, e := range ents {
-		for i := uint64(0); i < e.n; i += chunk {
-			n := min(chunk, e.n-i)
+		for i := uint64(0); i < e.n; i += readChunk {
+			n := min(readChunk, e.n-i)
 			b := buf[:n*ps]
 			if _, err := src.ReadAt(b, int64((e.off+i)*ps)); err != nil {
 				return nil, 0, 0, fmt.Errorf("%s: %w", pagesName, err)
@@ -365,14 +364,13 @@ func dedupOne(dir, base, parent, name string, link func(name, to string) error) 
 				}
 				if same {
 					shared++
-				} else if _, err := w.Write(page); err != nil {
+					emit(vaddr, pePARENT)
+					continue
+				}
+				if _, err := w.Write(page); err != nil {
 					return nil, 0, 0, err
 				}
-				if same {
-					emit(vaddr, pePARENT)
-				} else {
-					emit(vaddr, e.flags)
-				}
+				emit(vaddr, e.flags)
 			}
 		}
 	}
@@ -397,6 +395,10 @@ func dedupOne(dir, base, parent, name string, link func(name, to string) error) 
 	return r, pages, shared, nil
 }
 
+// readChunk is how many pages are read at a time, of the dump and of the
+// base.
+const readChunk = 64
+
 // pageCursor finds base pages by address, for addresses that only grow
 // (a pagemap's entries are sorted), reading the base's pages file in
 // chunks.
@@ -405,13 +407,13 @@ type pageCursor struct {
 	ents []pmEntry
 	ps   uint64
 	i    int    // the entry at or after the last address asked for
-	buf  []byte // base pages [bufFrom, bufFrom+len(buf)/ps) of the file
+	buf  []byte // base pages [from, from+have) of the file, by index
 	from uint64
 	have uint64
 }
 
 func newPageCursor(f io.ReaderAt, ents []pmEntry, ps uint64) *pageCursor {
-	return &pageCursor{f: f, ents: ents, ps: ps, buf: make([]byte, 64*ps)}
+	return &pageCursor{f: f, ents: ents, ps: ps, buf: make([]byte, readChunk*ps)}
 }
 
 // equal reports whether the base has a page at vaddr equal to page.

@@ -226,6 +226,15 @@ func (s *Store) LinkFile(id, checksum, rel, to string) (string, error) {
 // their sha256, as its manifest lists them. Verify the snapshot first when
 // the sums must be right.
 func (s *Store) Files(id string) (map[string]string, error) {
+	m, err := s.readManifest(id)
+	if err != nil {
+		return nil, err
+	}
+	return m.Files, nil
+}
+
+// readManifest reads a committed snapshot's manifest (unverified).
+func (s *Store) readManifest(id string) (*Manifest, error) {
 	b, err := os.ReadFile(filepath.Join(s.path(id), manifestName))
 	if err != nil {
 		return nil, err
@@ -234,7 +243,7 @@ func (s *Store) Files(id string) (map[string]string, error) {
 	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, errdefs.FailedPrecondition("snapshot %s is corrupt: unreadable manifest: %v", id, err)
 	}
-	return m.Files, nil
+	return &m, nil
 }
 
 // Commit is CommitContext without a deadline.
@@ -421,13 +430,9 @@ func (s *Store) CloneContext(ctx context.Context, src, srcChecksum, dst string, 
 	// Keep src's cached copy while it is read.
 	s.touchUse(src)
 	remote := s.remote() != nil
-	b, err := os.ReadFile(filepath.Join(s.path(src), manifestName))
+	srcm, err := s.readManifest(src)
 	if err != nil {
 		return 0, "", err
-	}
-	var srcm Manifest
-	if err := json.Unmarshal(b, &srcm); err != nil {
-		return 0, "", errdefs.FailedPrecondition("snapshot %s is corrupt: unreadable manifest: %v", src, err)
 	}
 	p, err := s.Begin(dst)
 	if err != nil {
