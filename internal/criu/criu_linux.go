@@ -80,6 +80,11 @@ type Host struct {
 	Features map[string]bool
 	// Usable says whether forkbox can checkpoint and restore sandboxes here.
 	Usable bool
+	// LazyPages says whether restores fill memory lazily (lazy_linux.go):
+	// `criu restore --lazy-pages` served by StartLazyPages. LazyProblem
+	// says why not when it is false on a Usable host.
+	LazyPages   bool
+	LazyProblem string
 	// Problem says, in words, what is missing when Usable is false.
 	Problem string
 }
@@ -201,6 +206,8 @@ func Check(ctx context.Context) (*Host, error) {
 		return h, nil
 	}
 	h.Usable = true
+	h.LazyProblem = lazyPagesSupport(path, h.Features)
+	h.LazyPages = h.LazyProblem == ""
 	return h, nil
 }
 

@@ -126,6 +126,14 @@ func TestCheck(t *testing.T) {
 			t.Errorf("usable host lacks required feature %s", f)
 		}
 	}
+	// Lazy restores: where the kernel has the userfaultfd device, the
+	// CRIU that make setup builds can use it.
+	if _, err := os.Stat(uffdDevice); err == nil && h.Features[FeatureLazyPages] && !h.LazyPages {
+		t.Errorf("host has %s and %s but no lazy restores: %s", uffdDevice, FeatureLazyPages, h.LazyProblem)
+	}
+	if h.LazyPages != (h.LazyProblem == "") {
+		t.Errorf("LazyPages %v with LazyProblem %q", h.LazyPages, h.LazyProblem)
+	}
 
 	// CRIU keeps its kernel-feature cache in KdatDir, a root-only tmpfs,
 	// and a run that finds it does not probe the kernel again.

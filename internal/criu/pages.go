@@ -364,7 +364,10 @@ func dedupOne(dir, base, parent, name string, link func(name, to string) error) 
 				}
 				if same {
 					shared++
-					emit(vaddr, pePARENT)
+					// Lazy stays lazy: a lazy restore's
+					// lazy-pages process serves it from the
+					// parent too.
+					emit(vaddr, pePARENT|e.flags&peLAZY)
 					continue
 				}
 				if _, err := w.Write(page); err != nil {

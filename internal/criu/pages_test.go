@@ -184,6 +184,24 @@ func TestDedupPages(t *testing.T) {
 	}
 	sameMemory(t, readDump(t, dir, 1), child)
 	sameMemory(t, readDump(t, dir, 2), pid2)
+	// Lazy pages stay lazy, in the parent too: a lazy restore serves them
+	// on demand, and only them.
+	_, ents, _, err := readPagemap(filepath.Join(dir, "pagemap-1.img"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inParent := 0
+	for _, e := range ents {
+		if lazy := e.vaddr >= 0x7f0000000000; (e.flags&peLAZY != 0) != lazy {
+			t.Fatalf("entry at %#x has flags %#x: lazy must be %v", e.vaddr, e.flags, lazy)
+		}
+		if e.flags&pePARENT != 0 && e.flags&peLAZY != 0 {
+			inParent += int(e.n)
+		}
+	}
+	if inParent != 50 {
+		t.Fatalf("%d lazy pages in the parent, want 50", inParent)
+	}
 	if b, _ := os.ReadFile(filepath.Join(dir, "pagemap-shmem-5.img")); !bytes.Equal(b, shmem) {
 		t.Fatal("shared memory pagemap changed")
 	}

@@ -40,8 +40,10 @@ type Swrk struct {
 type Notify func(script string, pid int32) error
 
 // StartSwrk starts `criu swrk` with the host's environment. CRIU waits for
-// a request and does nothing until Do sends one. The context kills it.
-func (h *Host) StartSwrk(ctx context.Context) (*Swrk, error) {
+// a request and does nothing until Do sends one. The context kills it. For
+// a lazy restore (opts.LazyPages) pass lazy: CRIU then also gets
+// /dev/userfaultfd for the tasks it restores (lazy_linux.go).
+func (h *Host) StartSwrk(ctx context.Context, lazy bool) (*Swrk, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("criu socket: %w", err)
@@ -58,6 +60,18 @@ func (h *Host) StartSwrk(ctx context.Context) (*Swrk, error) {
 	// The child gets its end as fd 3 (ExtraFiles clears close-on-exec).
 	cmd := h.Command(ctx, "swrk", "3")
 	cmd.ExtraFiles = []*os.File{theirs}
+	if lazy && h.LazyPages {
+		// Opened here, by the daemon: CRIU will stand in the sandbox's
+		// cgroups, whose device controller refuses the device.
+		dev, err := os.OpenFile(uffdDevice, os.O_RDWR|unix.O_CLOEXEC, 0)
+		if err != nil {
+			ours.Close()
+			return nil, fmt.Errorf("lazy restore: %w", err)
+		}
+		defer dev.Close()
+		cmd.ExtraFiles = append(cmd.ExtraFiles, dev) // fd 4
+		cmd.Env = append(cmd.Environ(), uffdDevEnv+"=4")
+	}
 	// No Pdeathsig: it fires when the forking thread exits, and the daemon
 	// throws away threads (those that entered a sandbox's namespaces).
 	if err := cmd.Start(); err != nil {

@@ -24,7 +24,7 @@ func TestSwrkCRIUDiesHelperKeepsSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := &Host{Path: fake}
-	sw, err := h.StartSwrk(context.Background())
+	sw, err := h.StartSwrk(context.Background(), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,7 @@ func TestSwrkContextEndsWait(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	sw, err := (&Host{Path: fake}).StartSwrk(ctx)
+	sw, err := (&Host{Path: fake}).StartSwrk(ctx, false)
 	if err != nil {
 		t.Fatal(err)
 	}
