@@ -110,6 +110,11 @@ func addServeFlags(cmd *cobra.Command, cfg *daemon.Config, debug *bool) {
 	}
 	cmd.Flags().IntVar(&cfg.DefaultPool, "default-pool", defPool,
 		"how many ready sandboxes of the default image, each with its Python kernel started, the daemon keeps so that a plain create's first cell answers at once; 0 turns it off (env FORKBOX_DEFAULT_POOL)")
+	lazyOff, _ := strconv.ParseBool(os.Getenv("FORKBOX_LAZY_RESTORE"))
+	lazyOff = !lazyOff && os.Getenv("FORKBOX_LAZY_RESTORE") != ""
+	cmd.Flags().Var(newNotBool(&cfg.NoLazyRestore, lazyOff), "lazy-restore",
+		"restore memory snapshots lazily where the host allows: the sandbox starts while its pages are copied in, instead of after (env FORKBOX_LAZY_RESTORE=0 turns it off)")
+	cmd.Flags().Lookup("lazy-restore").NoOptDefVal = "true"
 	addClusterFlags(cmd, cfg)
 }
 
@@ -172,6 +177,28 @@ func addImageBoundFlags(cmd *cobra.Command, cfg *daemon.Config) {
 		return nil
 	}
 }
+
+// notBool is a boolean flag that sets the negation of a Config field, so
+// that the field's zero value is the flag's default (true).
+type notBool struct{ p *bool }
+
+func newNotBool(p *bool, off bool) notBool { *p = off; return notBool{p} }
+
+func (b notBool) String() string {
+	if b.p == nil {
+		return "true"
+	}
+	return strconv.FormatBool(!*b.p)
+}
+func (b notBool) Set(s string) error {
+	v, err := strconv.ParseBool(s)
+	if err != nil {
+		return err
+	}
+	*b.p = !v
+	return nil
+}
+func (b notBool) Type() string { return "bool" }
 
 // envInt reads an integer environment variable, def when unset or bad.
 func envInt(key string, def int64) int64 {

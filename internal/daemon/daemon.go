@@ -59,6 +59,10 @@ type Config struct {
 	// DefaultPool is how many ready sandboxes the default pool keeps
 	// (0: none; package sandbox, defaultpool.go).
 	DefaultPool int
+	// NoLazyRestore turns lazy restores off (the criu package's
+	// lazy_linux.go): memory snapshots then restore all their pages before
+	// the sandbox runs, as on hosts that cannot restore lazily.
+	NoLazyRestore bool
 	// UsernsFirst and UsernsCount choose the host ids that sandboxes' user
 	// namespaces map onto: UsernsCount ranges of 65536 from UsernsFirst
 	// (defaults userns.DefaultFirst and userns.DefaultCount).
@@ -319,15 +323,25 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	// Build sandboxes are sandboxes too: within the host's bounds.
 	builder := build.New(images, rt, build.Config{Logger: log, Limits: sandbox.ClampToHost(build.DefaultLimits)})
 	mgr.SetImageBuilder(builder)
-	mgr.SetCRIUCheck(func() (*criu.Host, error) { return criu.Check(d.bgCtx) })
-	if h, err := criu.Check(ctx); err != nil {
+	checkCRIU := func(ctx context.Context) (*criu.Host, error) {
+		h, err := criu.Check(ctx)
+		if err == nil && h.LazyPages && cfg.NoLazyRestore {
+			h.LazyPages, h.LazyProblem = false, "turned off (--lazy-restore=false)"
+		}
+		return h, err
+	}
+	mgr.SetCRIUCheck(func() (*criu.Host, error) { return checkCRIU(d.bgCtx) })
+	if h, err := checkCRIU(ctx); err != nil {
 		log.Warn("memory snapshots unavailable", "err", err)
 		mgr.SetCRIU(nil, err.Error())
 	} else {
 		if !h.Usable {
 			log.Warn("memory snapshots unavailable", "problem", h.Problem)
 		} else {
-			log.Info("CRIU ready for memory snapshots", "path", h.Path, "version", h.Version, "env", h.Env)
+			log.Info("CRIU ready for memory snapshots", "path", h.Path, "version", h.Version, "env", h.Env, "lazy_restore", h.LazyPages)
+			if !h.LazyPages {
+				log.Info("restores fill memory before the sandbox runs", "why", h.LazyProblem)
+			}
 		}
 		mgr.SetCRIU(h, "")
 	}

@@ -149,7 +149,7 @@ func (r *Runtime) CheckpointMemory(ctx context.Context, h *criu.Host, id string,
 	if fz := r.FreezerDir(id); fz != "" {
 		opts.FreezeCgroup = proto.String(fz)
 	}
-	_, err = runCRIU(ctx, h, rpc.CriuReqType_DUMP, opts, filepath.Join(dir, "dump.log"), nil, nil)
+	_, err = runCRIU(ctx, h, rpc.CriuReqType_DUMP, opts, filepath.Join(dir, "dump.log"), nil, nil, false)
 	return err
 }
 
@@ -244,7 +244,23 @@ func (r *Runtime) RestoreMemory(ctx context.Context, h *criu.Host, spec Spec, cr
 		EmptyNs:           proto.Uint32(unix.CLONE_NEWNET),
 		External:          external,
 	}
-	resp, err := runCRIU(ctx, h, rpc.CriuReqType_RESTORE, opts, filepath.Join(dir, "restore.log"), cg, r.restoreHooks.notify)
+	// Memory comes back lazily where the host allows (see the criu
+	// package's lazy_linux.go): a lazy-pages process, in the sandbox's
+	// cgroups like CRIU itself, fills it while the tree starts.
+	var lazy *criu.LazyPages
+	if h.LazyPages {
+		lctx, cancel := context.WithTimeout(ctx, criuTimeout)
+		defer cancel()
+		if lazy, err = h.StartLazyPages(lctx, criuDir, dir); err != nil {
+			return nil, err
+		}
+		undo.add(lazy.Kill)
+		if err := cg.join(lazy.Pid()); err != nil {
+			return nil, fmt.Errorf("criu lazy-pages into the sandbox's cgroups: %w", err)
+		}
+		opts.LazyPages = proto.Bool(true)
+	}
+	resp, err := runCRIU(ctx, h, rpc.CriuReqType_RESTORE, opts, filepath.Join(dir, "restore.log"), cg, r.restoreHooks.notify, lazy != nil)
 	if pid := resp.GetRestore().GetPid(); pid > 0 {
 		undo.add(func() error { unix.Kill(int(pid), unix.SIGKILL); return nil })
 	}
@@ -275,6 +291,13 @@ func (r *Runtime) RestoreMemory(ctx context.Context, h *criu.Host, spec Spec, cr
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
+	if lazy != nil {
+		// Not before every page is in: a checkpoint would miss the
+		// pages still out, and the images may go once this returns.
+		if err := lazy.Wait(ctx); err != nil {
+			return nil, fmt.Errorf("restore's memory: %w", err)
+		}
+	}
 	if err := setHostname(info.PID, spec.Hostname); err != nil {
 		return nil, err
 	}
@@ -282,6 +305,7 @@ func (r *Runtime) RestoreMemory(ctx context.Context, h *criu.Host, spec Spec, cr
 	if err := r.adopt(spec.ID, info, false); err != nil {
 		return nil, err
 	}
+	info.LazyRestore = lazy != nil
 	ok = true
 	return info, nil
 }
@@ -315,10 +339,10 @@ const criuTimeout = 2 * time.Minute
 // into join (when not nil) so that a restored tree lands in the sandbox's
 // cgroups, and answering its notifications with notify. Errors carry CRIU's
 // message and the end of its log (logPath).
-func runCRIU(ctx context.Context, h *criu.Host, typ rpc.CriuReqType, opts *rpc.CriuOpts, logPath string, join *cgroups, notify func(context.Context) criu.Notify) (*rpc.CriuResp, error) {
+func runCRIU(ctx context.Context, h *criu.Host, typ rpc.CriuReqType, opts *rpc.CriuOpts, logPath string, join *cgroups, notify func(context.Context) criu.Notify, lazy bool) (*rpc.CriuResp, error) {
 	ctx, cancel := context.WithTimeout(ctx, criuTimeout)
 	defer cancel()
-	sw, err := h.StartSwrk(ctx)
+	sw, err := h.StartSwrk(ctx, lazy)
 	if err != nil {
 		return nil, err
 	}

@@ -90,6 +90,10 @@ type Info struct {
 	// RunDir is the host path of the agent's run dir (empty: <Dir>/run,
 	// where sandboxes from before it moved onto their disk have it).
 	RunDir string `json:"run_dir,omitempty"`
+	// LazyRestore is set by RestoreMemory when the memory came back
+	// through lazy pages (copied in while the sandbox started) rather
+	// than by CRIU's restorer. Not stored.
+	LazyRestore bool `json:"-"`
 }
 
 // MarshalInfo encodes info for the metadata store.

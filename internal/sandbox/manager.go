@@ -246,6 +246,21 @@ func (m *Manager) criuHost() (*criu.Host, string) {
 	return m.criu, m.criuProblem
 }
 
+// restoreMemory restores a sandbox from the memory images in criuDir (see
+// runtime.RestoreMemory) and counts how its memory came back.
+func (m *Manager) restoreMemory(ctx context.Context, h *criu.Host, spec runtime.Spec, criuDir string) (*runtime.Info, error) {
+	info, err := m.snapper.RestoreMemory(ctx, h, spec, criuDir)
+	if err != nil {
+		return nil, err
+	}
+	fill := "eager"
+	if info.LazyRestore {
+		fill = "lazy"
+	}
+	m.metrics.restores.WithLabelValues(fill).Inc()
+	return info, nil
+}
+
 // SetLockWait sets the ceiling of every wait for a sandbox that another
 // operation holds (default DefaultLockWait); past it the call answers 409
 // busy. Call before Start.
@@ -484,7 +499,7 @@ func (m *Manager) create(ctx context.Context, req *api.CreateSandboxRequest, o c
 	var info *runtime.Info
 	if criuDir != "" {
 		h, _ := m.criuHost()
-		info, err = m.snapper.RestoreMemory(opCtx, h, rspec, criuDir)
+		info, err = m.restoreMemory(opCtx, h, rspec, criuDir)
 	} else {
 		info, err = m.rt.Create(opCtx, rspec)
 	}

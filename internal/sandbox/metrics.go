@@ -19,6 +19,7 @@ type Metrics struct {
 	codeSeconds     prometheus.Histogram
 	terminated      *prometheus.CounterVec
 	snapshots       *prometheus.CounterVec
+	restores        *prometheus.CounterVec
 }
 
 func newMetrics() *Metrics {
@@ -44,6 +45,10 @@ func newMetrics() *Metrics {
 		snapshots: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "forkbox_snapshots_total", Help: "Checkpoints attempted, by type.",
 		}, []string{"type"}),
+		restores: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "forkbox_memory_restores_total",
+			Help: "Sandboxes restored from memory images (from a snapshot, forked, resumed), by how their memory came back: lazy (copied in while they start) or eager.",
+		}, []string{"fill"}),
 		terminated: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "forkbox_sandbox_terminations_total", Help: "Sandboxes terminated, by reason.",
 		}, []string{"reason"}),
@@ -52,7 +57,7 @@ func newMetrics() *Metrics {
 
 // Register adds the Manager's metrics, including live per-sandbox gauges, to reg.
 func (m *Manager) Register(reg prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.metrics.createSeconds, m.metrics.createFailures, m.metrics.defaultPoolHits, m.metrics.execSeconds, m.metrics.codeSeconds, m.metrics.terminated, m.metrics.snapshots, (*usageCollector)(m)} {
+	for _, c := range []prometheus.Collector{m.metrics.createSeconds, m.metrics.createFailures, m.metrics.defaultPoolHits, m.metrics.execSeconds, m.metrics.codeSeconds, m.metrics.terminated, m.metrics.snapshots, m.metrics.restores, (*usageCollector)(m)} {
 		if err := reg.Register(c); err != nil {
 			return err
 		}

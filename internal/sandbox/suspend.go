@@ -294,7 +294,7 @@ func (m *Manager) Resume(ctx context.Context, ref string) (_ *api.Sandbox, err e
 		hostname = sb.ID
 	}
 	criuDir := filepath.Join(m.snaps.Path(snap.ID), criuDirName)
-	info, err = m.snapper.RestoreMemory(ctx, h, runtime.Spec{
+	info, err = m.restoreMemory(ctx, h, runtime.Spec{
 		ID: sb.ID, Hostname: hostname, Image: img,
 		Limits:        m.limits(sb.Spec),
 		DiskMB:        sb.Spec.DiskMB,

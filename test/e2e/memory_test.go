@@ -206,6 +206,21 @@ func TestMemorySnapshotSharesPages(t *testing.T) {
 		t.Fatalf("golden snapshot of %d bytes holds less than the kernel's data", golden.SizeBytes)
 	}
 
+	// Where the kernel has the userfaultfd device, every restore below
+	// fills memory lazily, pages from a base included (CRIU patch 0004).
+	restores := func(fill string) float64 {
+		return max(0, metricValue(t, shared, "", `forkbox_memory_restores_total{fill="`+fill+`"}`))
+	}
+	_, uffdErr := os.Stat("/dev/userfaultfd")
+	lazyBefore, eagerBefore := restores("lazy"), restores("eager")
+	t.Cleanup(func() {
+		lazy, eager := restores("lazy")-lazyBefore, restores("eager")-eagerBefore
+		t.Logf("restores: %v lazy, %v eager", lazy, eager)
+		if uffdErr == nil && !t.Failed() && (lazy < 5 || eager > 0) {
+			t.Errorf("%v lazy and %v eager restores, want every one (at least 5) lazy", lazy, eager)
+		}
+	})
+
 	sess := newSandbox(t, shared, api.CreateSandboxRequest{SnapshotID: golden.ID, Name: "dedup-session"})
 	noError(t, runCode(t, shared, sess.ID, py("x = 21\nnotes = ['a small change'] * 100")))
 	cur, err := shared.c.GetSandbox(ctx, sess.ID)
@@ -375,5 +390,106 @@ func TestSuspendImagesShareWithThePrevious(t *testing.T) {
 	}
 	if got := mainResult(t, runCode(t, shared, sb.ID, py("hashlib.sha256(data).hexdigest() == h, n"))); got != "(True, 3)" {
 		t.Fatalf("last resume: %s", got)
+	}
+}
+
+// TestLazyRestoreLeavesNoUserfaultfd: a lazy restore hands the restored
+// tasks a userfaultfd (made through /dev/userfaultfd, which the daemon
+// opens for CRIU). None of it may stay within the sandbox's reach: no
+// process of the sandbox holds a userfaultfd or the device once the restore
+// returns, no CRIU helper is left in its cgroups, and code inside can
+// neither call userfaultfd(2) nor open the device. The sandbox keeps its
+// state and works on.
+func TestLazyRestoreLeavesNoUserfaultfd(t *testing.T) {
+	needRoot(t)
+	src := newSandbox(t, shared, api.CreateSandboxRequest{})
+	noError(t, runCode(t, shared, src.ID, py("import numpy as np\nv = np.arange(3_000_000)\nn = 7")))
+	status, snap, raw := checkpoint(t, shared, src.ID, api.CheckpointRequest{Type: "memory"})
+	if status != 201 {
+		t.Fatalf("checkpoint: %d %s", status, raw)
+	}
+	t.Cleanup(func() { shared.c.DeleteSnapshot(context.WithoutCancel(ctxT(t)), snap.ID) })
+	sb := newSandbox(t, shared, api.CreateSandboxRequest{SnapshotID: snap.ID})
+
+	var procs int
+	paths, _ := filepath.Glob("/proc/[0-9]*/cgroup")
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil || !strings.Contains(string(b), "/"+sb.ID) {
+			continue
+		}
+		dir := filepath.Dir(p)
+		procs++
+		if comm, _ := os.ReadFile(filepath.Join(dir, "comm")); strings.TrimSpace(string(comm)) == "criu" {
+			t.Errorf("a CRIU process (%s) is left in the sandbox's cgroups", dir)
+		}
+		fds, _ := filepath.Glob(filepath.Join(dir, "fd", "*"))
+		for _, fd := range fds {
+			if target, err := os.Readlink(fd); err == nil && strings.Contains(target, "userfaultfd") {
+				t.Errorf("%s of the restored sandbox is %s", fd, target)
+			}
+		}
+	}
+	if procs < 2 {
+		t.Fatalf("found %d processes of the restored sandbox on the host, want the agent and its kernel at least", procs)
+	}
+
+	attack := py(`import ctypes, errno, os
+libc = ctypes.CDLL(None, use_errno=True)
+r = libc.syscall(323, 0)  # userfaultfd(2) on x86_64
+print("syscall", r, errno.errorcode.get(ctypes.get_errno()))
+try:
+    os.open("/dev/userfaultfd", os.O_RDWR)
+    print("device opened")
+except OSError as e:
+    print("device", errno.errorcode.get(e.errno))`)
+	ex := runCode(t, shared, sb.ID, attack)
+	noError(t, ex)
+	out := strings.Join(ex.Logs.Stdout, "")
+	t.Logf("in the restored sandbox: %s", strings.TrimSpace(out))
+	if !strings.Contains(out, "syscall -1 ") || strings.Contains(out, "device opened") {
+		t.Fatalf("code in a restored sandbox got a userfaultfd: %s", out)
+	}
+	if got := mainResult(t, runCode(t, shared, sb.ID, py("int(v.sum()) + n"))); got != "4499998500007" {
+		t.Fatalf("restored state after the attempts: %s", got)
+	}
+}
+
+// TestEagerRestoreOfSharedPages: with lazy restores turned off
+// (--lazy-restore=false, or a host without them) CRIU's restorer reads
+// every page itself, those a snapshot shares with its base included (they
+// keep CRIU's lazy flag for the lazy path), byte for byte.
+func TestEagerRestoreOfSharedPages(t *testing.T) {
+	needRoot(t)
+	d, err := startDaemon(filepath.Join(t.TempDir(), "eager"), []string{"FORKBOX_LAZY_RESTORE=0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.deleteAll(); d.stop() })
+	ctx := ctxT(t)
+	src := newSandbox(t, d, api.CreateSandboxRequest{})
+	noError(t, runCode(t, d, src.ID, py("import os, hashlib\ndata = os.urandom(16 << 20)\nh = hashlib.sha256(data).hexdigest()")))
+	status, golden, raw := checkpoint(t, d, src.ID, api.CheckpointRequest{Type: "memory"})
+	if status != 201 {
+		t.Fatalf("golden checkpoint: %d %s", status, raw)
+	}
+	sess := newSandbox(t, d, api.CreateSandboxRequest{SnapshotID: golden.ID})
+	noError(t, runCode(t, d, sess.ID, py("x = 21")))
+	status, snap, raw := checkpoint(t, d, sess.ID, api.CheckpointRequest{Type: "memory"})
+	if status != 201 {
+		t.Fatalf("session checkpoint: %d %s", status, raw)
+	}
+	if _, err := os.Stat(filepath.Join(d.dataDir, "snapshots", snap.ID, "criu", "parent")); err != nil {
+		t.Fatalf("the session's snapshot shares no pages: %v", err)
+	}
+	if err := d.c.DeleteSnapshot(ctx, golden.ID); err != nil {
+		t.Fatal(err)
+	}
+	again := newSandbox(t, d, api.CreateSandboxRequest{SnapshotID: snap.ID})
+	if got := mainResult(t, runCode(t, d, again.ID, py("hashlib.sha256(data).hexdigest() == h, x"))); got != "(True, 21)" {
+		t.Fatalf("eager restore of a snapshot sharing pages: %s", got)
+	}
+	if lazy, eager := metricValue(t, d, "", `forkbox_memory_restores_total{fill="lazy"}`), metricValue(t, d, "", `forkbox_memory_restores_total{fill="eager"}`); lazy > 0 || eager != 2 {
+		t.Fatalf("restores with lazy restores off: %v lazy, %v eager; want 0 and 2", lazy, eager)
 	}
 }
