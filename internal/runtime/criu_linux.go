@@ -247,6 +247,7 @@ func (r *Runtime) RestoreMemory(ctx context.Context, h *criu.Host, spec Spec, cr
 	// Memory comes back lazily where the host allows (see the criu
 	// package's lazy_linux.go): a lazy-pages process, in the sandbox's
 	// cgroups like CRIU itself, fills it while the tree starts.
+	start := time.Now()
 	var lazy *criu.LazyPages
 	if h.LazyPages {
 		lctx, cancel := context.WithTimeout(ctx, criuTimeout)
@@ -267,6 +268,7 @@ func (r *Runtime) RestoreMemory(ctx context.Context, h *criu.Host, spec Spec, cr
 	if err != nil {
 		return nil, err
 	}
+	restored := time.Since(start)
 	info.PID = int(resp.GetRestore().GetPid())
 	if info.PIDStart, err = pidStartTime(info.PID); err != nil {
 		return nil, err
@@ -291,6 +293,7 @@ func (r *Runtime) RestoreMemory(ctx context.Context, h *criu.Host, spec Spec, cr
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
+	answered := time.Since(start)
 	if lazy != nil {
 		// Not before every page is in: a checkpoint would miss the
 		// pages still out, and the images may go once this returns.
@@ -298,6 +301,8 @@ func (r *Runtime) RestoreMemory(ctx context.Context, h *criu.Host, spec Spec, cr
 			return nil, fmt.Errorf("restore's memory: %w", err)
 		}
 	}
+	r.log.Debug("memory restore (ms since CRIU started)", "sandbox", spec.ID, "lazy", lazy != nil,
+		"criu_done", restored.Milliseconds(), "agent_answered", answered.Milliseconds(), "pages_in", time.Since(start).Milliseconds())
 	if err := setHostname(info.PID, spec.Hostname); err != nil {
 		return nil, err
 	}
