@@ -32,11 +32,11 @@ func BenchmarkLazyRestore(b *testing.B) {
 	ctx := context.Background()
 	memMB := int64(snapMemoryMB)
 	type side struct {
-		name string
-		c    *snapClient
-		must func(error)
-		snap string
-		sess string
+		name                  string
+		c                     *snapClient
+		must                  func(error)
+		snap                  string
+		sess                  string
 		restore, fork, resume samples
 	}
 	var sides [2]*side
