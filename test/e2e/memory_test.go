@@ -35,6 +35,14 @@ func TestMemorySnapshotRestore(t *testing.T) {
 	noError(t, runCode(t, shared, sb.ID, py("import pandas as pd, numpy as np\ndf = pd.DataFrame({'a': np.arange(1_000_000), 'b': np.random.rand(1_000_000)})\nx = 41")))
 	sh(t, shared, sb.ID, "mkdir -p /workspace/www && echo served > /workspace/www/hello.txt && cd /workspace/www && nohup python3 -m http.server 8123 --bind 127.0.0.1 >/dev/null 2>&1 &")
 	sh(t, shared, sb.ID, "for i in $(seq 50); do python3 -c \"import urllib.request; urllib.request.urlopen('http://127.0.0.1:8123/hello.txt')\" 2>/dev/null && break; sleep 0.1; done")
+	// tmpfs contents (CRIU archives them with tar): a file in /dev/shm
+	// and /dev's links come back as they were.
+	const devState = "stat -c '%n %U %a %s' /dev/shm/note && cat /dev/shm/note && readlink /dev/stdin /dev/ptmx"
+	sh(t, shared, sb.ID, "echo 'kept across restores' > /dev/shm/note && chmod 640 /dev/shm/note")
+	wantDev := sh(t, shared, sb.ID, devState)
+	if wantDev.ExitCode != 0 || !strings.Contains(wantDev.Stdout, "kept across restores") {
+		t.Fatalf("/dev state of the source: %+v", wantDev)
+	}
 	status, sn, raw := checkpoint(t, shared, sb.ID, api.CheckpointRequest{Type: "memory", Name: "warm"})
 	if status != 201 || sn.Type != "memory" {
 		t.Fatalf("memory checkpoint: %d %s", status, raw)
@@ -54,6 +62,9 @@ func TestMemorySnapshotRestore(t *testing.T) {
 	}
 	if ex.ExecutionCount != 2 {
 		t.Fatalf("execution_count after restore = %d, want 2 (continuing)", ex.ExecutionCount)
+	}
+	if got := sh(t, shared, restored.ID, devState); got.Stdout != wantDev.Stdout {
+		t.Fatalf("/dev after the restore:\n%s\nbefore:\n%s", got.Stdout, wantDev.Stdout)
 	}
 	if res := run(t, shared, restored.ID, "hostname"); res.Stdout != restored.ID+"\n" {
 		t.Fatalf("restored hostname %q, want its own id", res.Stdout)
