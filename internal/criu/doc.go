@@ -21,6 +21,12 @@
 // and does not depend on that probe.) Hosts whose breakpoints work get no
 // variable.
 //
+// Lazy restores (lazy_linux.go): where Host.LazyPages is set, a restore
+// runs `criu lazy-pages` (StartLazyPages) next to `criu restore
+// --lazy-pages`, and StartSwrk hands CRIU the /dev/userfaultfd descriptor
+// that forkbox's CRIU patch gives the tasks it restores into a user
+// namespace.
+//
 // DedupPages (pages.go) rewrites a finished dump's page images so that
 // pages equal to a base dump's are read from it, which CRIU's restore
 // supports natively.
