@@ -110,8 +110,8 @@ func addServeFlags(cmd *cobra.Command, cfg *daemon.Config, debug *bool) {
 	}
 	cmd.Flags().IntVar(&cfg.DefaultPool, "default-pool", defPool,
 		"how many ready sandboxes of the default image, each with its Python kernel started, the daemon keeps so that a plain create's first cell answers at once; 0 turns it off (env FORKBOX_DEFAULT_POOL)")
-	lazyOff, _ := strconv.ParseBool(os.Getenv("FORKBOX_LAZY_RESTORE"))
-	lazyOff = !lazyOff && os.Getenv("FORKBOX_LAZY_RESTORE") != ""
+	lazyOn, err := strconv.ParseBool(os.Getenv("FORKBOX_LAZY_RESTORE"))
+	lazyOff := err == nil && !lazyOn
 	cmd.Flags().Var(newNotBool(&cfg.NoLazyRestore, lazyOff), "lazy-restore",
 		"restore memory snapshots lazily where the host allows: the sandbox starts while its pages are copied in, instead of after (env FORKBOX_LAZY_RESTORE=0 turns it off)")
 	cmd.Flags().Lookup("lazy-restore").NoOptDefVal = "true"

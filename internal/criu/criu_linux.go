@@ -85,6 +85,9 @@ type Host struct {
 	// says why not when it is false on a Usable host.
 	LazyPages   bool
 	LazyProblem string
+	// viaDevice: restored tasks get their userfaultfd through
+	// /dev/userfaultfd, which StartSwrk then hands to CRIU.
+	viaDevice bool
 	// Problem says, in words, what is missing when Usable is false.
 	Problem string
 }
@@ -206,7 +209,7 @@ func Check(ctx context.Context) (*Host, error) {
 		return h, nil
 	}
 	h.Usable = true
-	h.LazyProblem = lazyPagesSupport(path, h.Features)
+	h.viaDevice, h.LazyProblem = lazyPagesSupport(path, h.Features)
 	h.LazyPages = h.LazyProblem == ""
 	return h, nil
 }

@@ -45,32 +45,31 @@ const (
 	lazyLog = "lazy-pages.log"
 )
 
-// lazyPagesSupport says why lazy restores cannot be used with the CRIU at
-// path, or "" when they can: the kernel's userfaultfd must serve
-// non-cooperative processes (features[FeatureLazyPages]) and restored tasks
-// must be able to get one, either because the host lets anyone
-// (vm.unprivileged_userfaultfd=1) or through /dev/userfaultfd with a CRIU
-// that takes it from its caller.
-func lazyPagesSupport(path string, features map[string]bool) string {
+// lazyPagesSupport says how restored tasks get a userfaultfd with the CRIU
+// at path — through /dev/userfaultfd with a CRIU that takes it from its
+// caller (viaDevice), or by the syscall where the host lets anyone
+// (vm.unprivileged_userfaultfd=1) — or, in problem, why lazy restores
+// cannot be used. The kernel's userfaultfd must also serve non-cooperative
+// processes (features[FeatureLazyPages]).
+func lazyPagesSupport(path string, features map[string]bool) (viaDevice bool, problem string) {
 	if !features[FeatureLazyPages] {
-		return "the kernel's userfaultfd cannot serve non-cooperative processes (`criu check --feature " + FeatureLazyPages + "` fails)"
+		return false, "the kernel's userfaultfd cannot serve non-cooperative processes (`criu check --feature " + FeatureLazyPages + "` fails)"
+	}
+	devErr := errors.New("this CRIU lacks forkbox's patch that lets restored tasks take a userfaultfd from " + uffdDevice + " (scripts/build-criu.sh applies it)")
+	if bin, err := os.ReadFile(path); err != nil {
+		devErr = err
+	} else if bytes.Contains(bin, []byte(uffdDevEnv)) {
+		dev, err := os.OpenFile(uffdDevice, os.O_RDWR|unix.O_CLOEXEC, 0)
+		if err == nil {
+			dev.Close()
+			return true, ""
+		}
+		devErr = err
 	}
 	if b, err := os.ReadFile("/proc/sys/vm/unprivileged_userfaultfd"); err == nil && bytes.Equal(bytes.TrimSpace(b), []byte("1")) {
-		return ""
+		return false, ""
 	}
-	dev, err := os.OpenFile(uffdDevice, os.O_RDWR|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Sprintf("restored tasks cannot get a userfaultfd: %v", err)
-	}
-	dev.Close()
-	bin, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	if !bytes.Contains(bin, []byte(uffdDevEnv)) {
-		return "this CRIU lacks forkbox's patch that lets restored tasks take a userfaultfd from " + uffdDevice + " (scripts/build-criu.sh applies it)"
-	}
-	return ""
+	return false, "restored tasks cannot get a userfaultfd: " + devErr.Error()
 }
 
 // LazyPages is a running `criu lazy-pages` process serving one restore.

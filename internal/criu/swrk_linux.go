@@ -60,7 +60,7 @@ func (h *Host) StartSwrk(ctx context.Context, lazy bool) (*Swrk, error) {
 	// The child gets its end as fd 3 (ExtraFiles clears close-on-exec).
 	cmd := h.Command(ctx, "swrk", "3")
 	cmd.ExtraFiles = []*os.File{theirs}
-	if lazy && h.LazyPages {
+	if lazy && h.LazyPages && h.viaDevice {
 		// Opened here, by the daemon: CRIU will stand in the sandbox's
 		// cgroups, whose device controller refuses the device.
 		dev, err := os.OpenFile(uffdDevice, os.O_RDWR|unix.O_CLOEXEC, 0)
