@@ -129,6 +129,17 @@ func locateBinary() (path, skip string, err error) {
 	return out, "", nil
 }
 
+// servesFlag reports whether bin's serve command has flag, so benchmarks run
+// against a baseline binary that predates it (FORKBOX_BIN=<older build>).
+func servesFlag(b *testing.B, bin, flag string) bool {
+	b.Helper()
+	out, err := exec.Command(bin, "serve", "--help").CombinedOutput()
+	if err != nil {
+		b.Fatalf("%s serve --help: %v\n%s", bin, err, out)
+	}
+	return strings.Contains(string(out), flag+"=") || strings.Contains(string(out), flag+" ")
+}
+
 // daemon is a forkbox daemon started for one benchmark.
 type daemon struct {
 	url     string
@@ -197,7 +208,9 @@ func startDaemonWith(b *testing.B, o daemonOpts) *daemon {
 	// The default pool is off unless a benchmark turns it on: its ready
 	// sandboxes would serve the creates other benchmarks time as cold
 	// ones, and their kernels starting in the background are load.
-	if !slices.ContainsFunc(o.args, func(a string) bool { return strings.HasPrefix(a, "--default-pool") }) {
+	// A baseline binary from before the default pool has no such flag
+	// (and no pool to turn off).
+	if !slices.ContainsFunc(o.args, func(a string) bool { return strings.HasPrefix(a, "--default-pool") }) && servesFlag(b, bin, "--default-pool") {
 		args = append(args, "--default-pool=0")
 	}
 	args = append(args, o.args...)
