@@ -1,8 +1,10 @@
 // Package kernel is forkbox's Jupyter kernel client: it starts a kernel from
 // its kernelspec, speaks the Jupyter messaging protocol (v5.x) to it over
-// ZeroMQ (shell, iopub and control; no stdin, heartbeat not used) with
+// ZeroMQ (shell, iopub, control and stdin; heartbeat not used) with
 // HMAC-SHA256 signed messages, and turns what a cell outputs into the
-// execution result of SPEC §4.
+// execution result forkbox's API answers with. It also relays a Jupyter
+// client's own messages (Send, Options.OnMessage), so that a notebook server
+// can drive the same kernel as forkbox's cells.
 //
 // It runs inside a sandbox, in the agent, which alone starts processes: Start
 // is given a Launcher and never uses os/exec itself.
@@ -113,6 +115,14 @@ type Options struct {
 	// that started the kernel in its own process group may signal the group.
 	Signal func(pid int, sig syscall.Signal) error
 	Logger *slog.Logger // nil: discard
+	// OnMessage, when not nil, is called with every iopub message (those
+	// of forkbox's own cells too) and every shell, control or stdin
+	// message that does not answer a request of forkbox's own: what a
+	// Jupyter client using Send needs to see. It is called from the
+	// socket reader goroutines, in arrival order per channel, and must not
+	// block. It stays with the Kernel across Restart. Messages whose
+	// signature is bad, or whose parts are not JSON objects, never reach it.
+	OnMessage func(*Message)
 }
 
 // KernelInfo is what the kernel said of itself in kernel_info_reply.
@@ -125,9 +135,10 @@ type KernelInfo struct {
 	Banner                string `json:"banner"`
 }
 
-// ErrDead is what Execute (and Interrupt) return once the kernel process is
-// gone. Errors that match it also match errdefs.ErrFailedPrecondition. The
-// caller starts a fresh kernel (Restart) to go on.
+// ErrDead is what Execute (and Interrupt, and Send) return once the kernel
+// process is gone. Errors that match it also match
+// errdefs.ErrFailedPrecondition. The caller starts a fresh kernel (Restart)
+// to go on.
 var ErrDead = errors.New("kernel is dead")
 
 type deadError struct{ why string }
@@ -160,11 +171,13 @@ type proc struct {
 	interruptMode string
 	info          KernelInfo
 
-	sctx                  context.Context // the sockets' life
-	cancel                context.CancelFunc
-	shell, control, iopub zmq4.Socket
-	shellMu, controlMu    sync.Mutex // one Send at a time per socket
-	closeOnce             sync.Once
+	onMessage func(*Message)
+
+	sctx                         context.Context // the sockets' life
+	cancel                       context.CancelFunc
+	shell, control, stdin, iopub zmq4.Socket
+	shellMu, controlMu, stdinMu  sync.Mutex // one Send at a time per socket
+	closeOnce                    sync.Once
 
 	mu      sync.Mutex
 	inboxes map[string]*inbox // by the msg_id of our request
@@ -250,6 +263,7 @@ func (k *Kernel) launch(ctx context.Context) (_ *proc, err error) {
 		session:       newID(),
 		key:           []byte(hex.EncodeToString(keyBytes[:])),
 		interruptMode: sp.InterruptMode,
+		onMessage:     k.o.OnMessage,
 		inboxes:       map[string]*inbox{},
 		dead:          make(chan struct{}),
 		iopubEOF:      make(chan struct{}),
@@ -288,8 +302,13 @@ func (k *Kernel) launch(ctx context.Context) (_ *proc, err error) {
 		zmq4.WithDialerTimeout(2 * time.Second),
 		zmq4.WithLogger(slog.NewLogLogger(k.log.Handler(), slog.LevelDebug)),
 	}
-	p.shell = zmq4.NewDealer(p.sctx, opts...)
-	p.control = zmq4.NewDealer(p.sctx, opts...)
+	// The kernel sends input_request on stdin to the routing identity of
+	// the shell request that asked for input, so shell and stdin share one
+	// identity, as jupyter_client's channels do (control too, like them).
+	ident := zmq4.WithID(zmq4.SocketIdentity(p.session))
+	p.shell = zmq4.NewDealer(p.sctx, append(opts, ident)...)
+	p.control = zmq4.NewDealer(p.sctx, append(opts, ident)...)
+	p.stdin = zmq4.NewDealer(p.sctx, append(opts, ident)...)
 	p.iopub = zmq4.NewSub(p.sctx, opts...)
 	undo = append(undo, p.closeSockets)
 	// Subscribe before connecting: the subscription is sent as the
@@ -319,18 +338,19 @@ func (k *Kernel) launch(ctx context.Context) (_ *proc, err error) {
 		}
 	})
 	// Connect while the kernel starts: it binds its ports in a while.
-	dialed := make(chan error, 3)
-	for _, d := range []struct {
+	socks := []struct {
 		sock zmq4.Socket
 		port int
-	}{{p.shell, shellPort}, {p.control, controlPort}, {p.iopub, iopubPort}} {
+	}{{p.shell, shellPort}, {p.control, controlPort}, {p.stdin, stdinPort}, {p.iopub, iopubPort}}
+	dialed := make(chan error, len(socks))
+	for _, d := range socks {
 		go func() { dialed <- p.dial(d.sock, d.port) }()
 	}
 	diedStarting := func() error {
 		return fmt.Errorf("kernel %s %s before it was ready", sp.Name, p.describe())
 	}
 
-	for range 3 {
+	for range socks {
 		select {
 		case err := <-dialed:
 			if err != nil {
@@ -351,6 +371,7 @@ func (k *Kernel) launch(ctx context.Context) (_ *proc, err error) {
 	}
 	go p.read(p.shell, "shell")
 	go p.read(p.control, "control")
+	go p.read(p.stdin, "stdin")
 	go p.read(p.iopub, "iopub")
 	if err := p.handshake(ctx); err != nil {
 		select {
@@ -539,6 +560,7 @@ func (p *proc) closeSockets() {
 		p.cancel()
 		p.shell.Close()
 		p.control.Close()
+		p.stdin.Close()
 		p.iopub.Close()
 	})
 }
@@ -567,7 +589,8 @@ func (p *proc) describe() string {
 }
 
 // read receives one socket's messages, verifies them and routes each to the
-// inbox of the request it answers (by parent_header.msg_id); others, and
+// inbox of the request it answers (by parent_header.msg_id), and to
+// OnMessage when a client outside sees it (see relayed); others, and
 // messages with a bad signature, are dropped. It returns when the connection
 // ends: there is no reconnection, as a kernel's ports die with it.
 func (p *proc) read(sock zmq4.Socket, channel string) {
@@ -598,6 +621,9 @@ func (p *proc) read(sock zmq4.Socket, channel string) {
 		p.mu.Unlock()
 		if in != nil {
 			in.push(m)
+		}
+		if p.onMessage != nil && p.relayed(m, in != nil) {
+			p.relay(m)
 		}
 	}
 }

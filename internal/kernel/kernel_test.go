@@ -69,6 +69,12 @@ func testLauncher(home string) Launcher {
 
 func startPython(t *testing.T) *Kernel {
 	t.Helper()
+	return startPythonWith(t, nil)
+}
+
+// startPythonWith starts a Python kernel whose messages go to onMessage.
+func startPythonWith(t *testing.T, onMessage func(*Message)) *Kernel {
+	t.Helper()
 	requireIPyKernel(t)
 	home := t.TempDir()
 	specs, err := FindSpecs(DefaultSpecDirs(home))
@@ -93,6 +99,7 @@ func startPython(t *testing.T) *Kernel {
 		RuntimeDir: filepath.Join(t.TempDir(), "runtime"),
 		Launch:     testLauncher(home),
 		Logger:     log,
+		OnMessage:  onMessage,
 	})
 	if err != nil {
 		t.Fatalf("Start: %v", err)

@@ -34,14 +34,17 @@ type header struct {
 	Version  string `json:"version"`
 }
 
-// message is one decoded message. Content stays raw until its type is known.
+// message is one decoded message. Content stays raw until its type is known;
+// the header and parent_header keep their frames' bytes too, for OnMessage.
 type message struct {
-	channel  string // "shell", "iopub" or "control"; set by the reader
-	Header   header
-	Parent   header
-	Metadata json.RawMessage
-	Content  json.RawMessage
-	Buffers  [][]byte
+	channel   string // "shell", "iopub", "control" or "stdin"; set by the reader
+	Header    header
+	Parent    header
+	Metadata  json.RawMessage
+	Content   json.RawMessage
+	Buffers   [][]byte
+	rawHeader json.RawMessage
+	rawParent json.RawMessage
 }
 
 // newID returns a random UUID-shaped id, as Jupyter uses for msg_id and session.
@@ -108,7 +111,7 @@ func decode(key []byte, frames [][]byte) (*message, error) {
 	if len(key) > 0 && !hmac.Equal(sig, sign(key, f[0], f[1], f[2], f[3])) {
 		return nil, errBadSignature
 	}
-	m := &message{Metadata: f[2], Content: f[3], Buffers: f[4:]}
+	m := &message{Metadata: f[2], Content: f[3], Buffers: f[4:], rawHeader: f[0], rawParent: f[1]}
 	if err := json.Unmarshal(f[0], &m.Header); err != nil {
 		return nil, fmt.Errorf("bad header: %w", err)
 	}
