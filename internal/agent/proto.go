@@ -15,6 +15,7 @@
 package agent
 
 import (
+	"encoding/json"
 	"strings"
 	"time"
 
@@ -149,6 +150,9 @@ type FileEntry struct {
 
 // CreateContextRequest asks the agent for a new code context.
 type CreateContextRequest struct {
+	// ID, when set, is the new context's id, chosen by the daemon: it
+	// matches ^ctx_[0-9a-f]{8}$ and is not in use. Empty: a random id.
+	ID       string   `json:"id,omitempty"`
 	Language string   `json:"language,omitempty"`
 	Cwd      string   `json:"cwd,omitempty"`
 	Env      []string `json:"env,omitempty"`
@@ -180,6 +184,24 @@ type CodeEvent struct {
 	Execution *api.Execution      `json:"execution,omitempty"`
 	ContextID string              `json:"context_id,omitempty"`
 	PID       int                 `json:"pid,omitempty"` // the kernel's pid inside the sandbox
+}
+
+// JupyterMessage is one Jupyter protocol message crossing the agent's API.
+type JupyterMessage struct {
+	Seq      int64           `json:"seq,omitempty"` // set on received messages: 1, 2, … per context
+	Channel  string          `json:"channel"`       // shell, iopub, control, stdin
+	Header   json.RawMessage `json:"header"`
+	Parent   json.RawMessage `json:"parent_header"`
+	Metadata json.RawMessage `json:"metadata"`
+	Content  json.RawMessage `json:"content"`
+	Buffers  [][]byte        `json:"buffers,omitempty"` // base64 in JSON
+}
+
+// JupyterRecvAnswer answers a receive: the messages after the cursor.
+type JupyterRecvAnswer struct {
+	Head     int64            `json:"head"`    // seq of the newest message the context holds (0: none yet)
+	Dropped  int64            `json:"dropped"` // messages after the cursor that were evicted before this receive
+	Messages []JupyterMessage `json:"messages"`
 }
 
 // SelfReport is what the agent's process looks like to itself (GET /self):
