@@ -209,6 +209,71 @@ func FuzzClientAnswers(f *testing.F) {
 	})
 }
 
+// FuzzJupyterRecv calls JupyterRecv against an agent answering with any
+// status and body: the daemon relays what it returns to a notebook and
+// moves its cursor by it, so an answer it accepts has rising seqs above the
+// cursor up to the head, known channels and JSON objects for parts.
+func FuzzJupyterRecv(f *testing.F) {
+	msg := `{"seq":%d,"channel":"iopub","header":{},"parent_header":{},"metadata":{},"content":{"text":"x"},"buffers":["AAE="]}`
+	for _, s := range []struct {
+		after  int64
+		status uint8
+		body   string
+	}{
+		{0, 0, `{"head":2,"dropped":0,"messages":[` + fmt.Sprintf(msg, 1) + `,` + fmt.Sprintf(msg, 2) + `]}`},
+		{0, 0, `{"head":2,"dropped":0,"messages":[` + fmt.Sprintf(msg, 2) + `,` + fmt.Sprintf(msg, 1) + `]}`},
+		{1, 0, `{"head":1,"dropped":0,"messages":[` + fmt.Sprintf(msg, 1) + `]}`},
+		{0, 0, `{"head":1,"dropped":0,"messages":[` + fmt.Sprintf(msg, 2) + `]}`},
+		{-1, 0, `{"head":5,"dropped":0,"messages":[]}`},
+		{-1, 0, `{"head":5,"dropped":0,"messages":[` + fmt.Sprintf(msg, 1) + `]}`},
+		{0, 0, `{"head":3,"dropped":-1,"messages":null}`},
+		{0, 0, `{"head":1,"dropped":0,"messages":[{"seq":1,"channel":"hb","header":{},"parent_header":{},"metadata":{},"content":{}}]}`},
+		{0, 0, `{"head":1,"dropped":0,"messages":[{"seq":1,"channel":"shell","header":5,"parent_header":{},"metadata":{},"content":{}}]}`},
+		{0, 0, `{"head":1,"dropped":0,"messages":[{"seq":1,"channel":"shell","header":{}}]}`},
+		{0, 0, `{"head":1,"messages":[`},
+		{0, 6, `{"error":{"code":"not_found","message":"context \"x\" not found"}}`},
+	} {
+		f.Add(s.after, s.status, []byte(s.body))
+	}
+	a := &fakeAgent{}
+	c := startFakeAgent(f, a)
+	f.Fuzz(func(t *testing.T, after int64, st uint8, body []byte) {
+		if after < -1 {
+			after = -1
+		}
+		status := fuzzStatuses[int(st)%len(fuzzStatuses)]
+		a.set(status, body)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		ans, err := c.JupyterRecv(ctx, "ctx_0000abcd", "", after, 0)
+		if ctx.Err() != nil {
+			t.Fatalf("JupyterRecv over %d %q did not end in time", status, body)
+		}
+		if status >= 300 {
+			checkErrorAnswer(t, status, body, err)
+			return
+		}
+		if err != nil {
+			return
+		}
+		if ans == nil || ans.Messages == nil || ans.Dropped < 0 || (after < 0 && len(ans.Messages) > 0) {
+			t.Fatalf("JupyterRecv over %q = %+v", body, ans)
+		}
+		last := after
+		for _, m := range ans.Messages {
+			if m.Seq <= last || m.Seq > ans.Head || !json.Valid(m.Header) || !json.Valid(m.Content) {
+				t.Fatalf("JupyterRecv after %d over %q accepted message %+v", after, body, m)
+			}
+			switch m.Channel {
+			case "shell", "iopub", "control", "stdin":
+			default:
+				t.Fatalf("JupyterRecv over %q accepted channel %q", body, m.Channel)
+			}
+			last = m.Seq
+		}
+	})
+}
+
 // expectStream decodes an NDJSON answer as the client should: the events
 // before the first line for which last is true, that line, and whether the
 // stream got there.
