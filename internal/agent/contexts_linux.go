@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -36,6 +37,15 @@ import (
 // swap the directory itself.
 const kernelRuntimeDir = "/run/forkbox-kernels"
 
+// runtimeDir is the kernels' runtime directory: kernelRuntimeDir, or the
+// directory a test chose (the agent's tests run on the host).
+func (s *server) runtimeDir() string {
+	if s.kernelDir != "" {
+		return s.kernelDir
+	}
+	return kernelRuntimeDir
+}
+
 type codeContext struct {
 	id        string
 	spec      *kernel.Spec
@@ -52,6 +62,11 @@ type codeContext struct {
 	k    *kernel.Kernel
 	busy int
 	last int // execution count of the last cell
+
+	// jlog is the context's Jupyter message log, made by its first
+	// Jupyter call (jupyter_linux.go). The kernels' readers add to it
+	// without c.mu, which is held while a kernel starts.
+	jlog atomic.Pointer[jupyterLog]
 }
 
 type contexts struct {
@@ -174,6 +189,22 @@ func newContextID() string {
 	return "ctx_" + hex.EncodeToString(b[:])
 }
 
+// contextIDFree checks a context id the daemon chose: "ctx_" and 8
+// lowercase hex digits (random ids have 16, so the two never meet), not
+// in use.
+func (s *server) contextIDFree(id string) error {
+	hexPart, ok := strings.CutPrefix(id, "ctx_")
+	if !ok || len(hexPart) != 8 || strings.Trim(hexPart, "0123456789abcdef") != "" {
+		return errdefs.InvalidArgument("context id %q: want ctx_ and 8 lowercase hex digits", id)
+	}
+	s.ctxs.mu.Lock()
+	defer s.ctxs.mu.Unlock()
+	if s.ctxs.byID[id] != nil {
+		return errdefs.Conflict("context %q exists already", id)
+	}
+	return nil
+}
+
 // launch starts a kernel process as the sandbox user through the reaper.
 // The kernel package calls it from the goroutine that started or restarts
 // the kernel, which runs on a user thread; finding the program, opening the
@@ -259,8 +290,8 @@ func (s *server) ensureKernel(ctx context.Context, c *codeContext) (*kernel.Kern
 	err := s.asUser(func() error {
 		var err error
 		k, err = kernel.Start(ctx, kernel.Options{
-			Spec: c.spec, Cwd: c.cwd, Env: c.env, RuntimeDir: kernelRuntimeDir,
-			Launch: s.launch, Logger: s.log,
+			Spec: c.spec, Cwd: c.cwd, Env: c.env, RuntimeDir: s.runtimeDir(),
+			Launch: s.launch, Logger: s.log, OnMessage: c.onKernelMessage,
 		})
 		return err
 	})
@@ -436,15 +467,35 @@ func (s *server) handleCreateContext(w http.ResponseWriter, r *http.Request) {
 		}
 		cwd = p
 	}
-	c := &codeContext{id: newContextID(), spec: spec, cwd: cwd, env: req.Env, created: time.Now().UTC()}
+	id := newContextID()
+	if req.ID != "" {
+		if err := s.contextIDFree(req.ID); err != nil {
+			writeError(w, err)
+			return
+		}
+		id = req.ID
+	}
+	c := &codeContext{id: id, spec: spec, cwd: cwd, env: req.Env, created: time.Now().UTC()}
 	// Start the kernel now so that errors show at once and the first cell is fast.
-	if _, err := s.ensureKernel(r.Context(), c); err != nil {
+	k, err := s.ensureKernel(r.Context(), c)
+	if err != nil {
 		writeError(w, err)
 		return
 	}
 	s.ctxs.mu.Lock()
-	s.ctxs.byID[c.id] = c
+	taken := s.ctxs.byID[c.id] != nil
+	if !taken {
+		s.ctxs.byID[c.id] = c
+	}
 	s.ctxs.mu.Unlock()
+	if taken {
+		// Another create with this id won the race.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 10*time.Second)
+		defer cancel()
+		s.asUser(func() error { return k.Shutdown(ctx) })
+		writeError(w, errdefs.Conflict("context %q exists already", c.id))
+		return
+	}
 	writeJSONAnswer(w, http.StatusCreated, c.view())
 }
 
@@ -487,6 +538,9 @@ func (s *server) handleDeleteContext(w http.ResponseWriter, r *http.Request) {
 	s.ctxs.mu.Lock()
 	delete(s.ctxs.byID, c.id)
 	s.ctxs.mu.Unlock()
+	if l := c.jlog.Load(); l != nil {
+		l.close() // a client polling it hears at once
+	}
 	c.mu.Lock()
 	k := c.k
 	c.k = nil

@@ -48,6 +48,7 @@ type jupyterLog struct {
 	head    int64      // seq of the newest message, held or not
 	closed  bool       // the context is gone: waits end at once
 	changed chan struct{}
+	waiters int // reads waiting now
 }
 
 type logEntry struct {
@@ -130,6 +131,7 @@ func (l *jupyterLog) read(ctx context.Context, after int64, wait time.Duration) 
 			l.changed = make(chan struct{})
 		}
 		changed := l.changed
+		l.waiters++
 		l.mu.Unlock()
 		select {
 		case <-changed:
@@ -138,6 +140,9 @@ func (l *jupyterLog) read(ctx context.Context, after int64, wait time.Duration) 
 		case <-ctx.Done():
 			wait = 0
 		}
+		l.mu.Lock()
+		l.waiters--
+		l.mu.Unlock()
 	}
 }
 

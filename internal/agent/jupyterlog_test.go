@@ -33,19 +33,19 @@ func wantAnswer(t *testing.T, ans *JupyterRecvAnswer, head, dropped int64, want 
 	}
 }
 
-// waiting blocks until a read waits on l.
-func waiting(t *testing.T, l *jupyterLog) {
+// waiting blocks until n reads wait on l.
+func waiting(t *testing.T, l *jupyterLog, n int) {
 	t.Helper()
-	for range 10000 {
+	for range 30000 {
 		l.mu.Lock()
-		w := l.changed != nil
+		w := l.waiters
 		l.mu.Unlock()
-		if w {
+		if w == n {
 			return
 		}
 		time.Sleep(time.Millisecond)
 	}
-	t.Fatal("the read never waited")
+	t.Fatalf("%d reads never waited", n)
 }
 
 // readAsync runs read in the background.
@@ -170,12 +170,12 @@ func TestJupyterLogAnswerCap(t *testing.T) {
 func TestJupyterLogWaitWakesOnAdd(t *testing.T) {
 	l := newJupyterLog()
 	ch := readAsync(context.Background(), l, 0, time.Hour)
-	waiting(t, l)
+	waiting(t, l, 1)
 	l.add(logMsg(`{}`))
 	wantAnswer(t, answered(t, ch), 1, 0, 1)
 
 	ch = readAsync(context.Background(), l, 1, time.Hour)
-	waiting(t, l)
+	waiting(t, l, 1)
 	l.add(logMsg(`{}`))
 	l.add(logMsg(`{}`))
 	ans := answered(t, ch)
@@ -189,7 +189,7 @@ func TestJupyterLogWaitEnds(t *testing.T) {
 	l.add(logMsg(`{}`))
 	ctx, cancel := context.WithCancel(context.Background())
 	ch := readAsync(ctx, l, 1, time.Hour)
-	waiting(t, l)
+	waiting(t, l, 1)
 	cancel()
 	wantAnswer(t, answered(t, ch), 1, 0)
 
@@ -198,7 +198,7 @@ func TestJupyterLogWaitEnds(t *testing.T) {
 
 	// The context's deletion.
 	ch = readAsync(context.Background(), l, 1, time.Hour)
-	waiting(t, l)
+	waiting(t, l, 1)
 	l.close()
 	wantAnswer(t, answered(t, ch), 1, 0)
 	l.add(logMsg(`{}`))

@@ -131,6 +131,8 @@ type server struct {
 	// kernelDirErr says why the kernels' runtime directory could not be
 	// prepared at start; code contexts then fail with it.
 	kernelDirErr error
+	// kernelDir, when set, replaces kernelRuntimeDir (tests).
+	kernelDir string
 
 	specMu      sync.Mutex
 	specProblem string // the last kernelspec problems logged
@@ -165,6 +167,8 @@ func (s *server) routes() http.Handler {
 	mux.HandleFunc("DELETE /contexts/{id}", s.handleDeleteContext)
 	mux.HandleFunc("POST /contexts/{id}/interrupt", s.handleInterruptContext)
 	mux.HandleFunc("POST /contexts/{id}/restart", s.handleRestartContext)
+	mux.HandleFunc("POST /contexts/{id}/jupyter/send", s.handleJupyterSend)
+	mux.HandleFunc("GET /contexts/{id}/jupyter/recv", s.handleJupyterRecv)
 	return mux
 }
 
