@@ -43,6 +43,13 @@ PACKAGES=(
 	# Tests: notebook exports are validated with Jupyter's own nbformat;
 	# the README's blocks (pasted by test/e2e/readme_test.go) use curl and jq.
 	python3-nbformat
+	# Tests of the Jupyter gateway (test/e2e/jupyter_test.go): a real
+	# Jupyter Server pointed at forkbox with --gateway-url, and nbclient
+	# executing a notebook through jupyter_server's gateway kernel client
+	# (which needs python3-websocket).
+	python3-jupyter-server
+	python3-nbclient
+	python3-websocket
 	curl
 	jq
 	# Tests of many nodes sharing one store (test/e2e/cluster_test.go,

@@ -18,6 +18,7 @@ import (
 	"github.com/forkbox/forkbox/api"
 	"github.com/forkbox/forkbox/internal/batch"
 	"github.com/forkbox/forkbox/internal/errdefs"
+	"github.com/forkbox/forkbox/internal/jupyter"
 	"github.com/forkbox/forkbox/internal/store"
 	"github.com/forkbox/forkbox/internal/tenant"
 )
@@ -75,6 +76,11 @@ func (s *Server) keyPrincipal(r *http.Request) (tenant.Principal, error) {
 		return tenant.Principal{Tenant: tenant.Default, Admin: true}, nil
 	}
 	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok && strings.HasPrefix(r.URL.Path, jupyter.Prefix+"/") {
+		// Jupyter's clients (a notebook server's GatewayClient.auth_token)
+		// send the key as a token.
+		got, ok = strings.CutPrefix(r.Header.Get("Authorization"), "token ")
+	}
 	if !ok || got == "" {
 		return tenant.Principal{}, errdefs.Unauthenticated("missing API key: send Authorization: Bearer <key>")
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/forkbox/forkbox/internal/e2b"
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/image"
+	"github.com/forkbox/forkbox/internal/jupyter"
 	"github.com/forkbox/forkbox/internal/mcpserver"
 	"github.com/forkbox/forkbox/internal/sandbox"
 	"github.com/forkbox/forkbox/internal/store"
@@ -146,6 +147,9 @@ type Server struct {
 	audit     *auditLog
 	// e2b serves E2B's API for E2B's SDKs (internal/e2b).
 	e2b *e2b.Server
+	// jupyter serves Jupyter Server's kernel API under /jupyter
+	// (internal/jupyter).
+	jupyter *jupyter.Gateway
 }
 
 // New builds the API server over mgr.
@@ -178,6 +182,7 @@ func New(cfg Config, mgr *sandbox.Manager) (*Server, error) {
 	}
 	s.audit = newAuditLog(cfg.Access, s.log)
 	s.e2b = e2b.New(mgr, s.log)
+	s.jupyter = jupyter.New(mgr, s.log)
 	s.routes()
 	s.hostProxy = s.instrument("<port>-<sandbox>.ports-domain", s.proxyHost)
 	return s, nil
@@ -257,6 +262,23 @@ func (s *Server) routes() {
 	h("DELETE /v1/sandboxes/{sandbox}/contexts/{id}", s.contextAction(sandbox.ContextDelete))
 	h("POST /v1/sandboxes/{sandbox}/contexts/{id}/interrupt", s.contextAction(sandbox.ContextInterrupt))
 	h("POST /v1/sandboxes/{sandbox}/contexts/{id}/restart", s.contextAction(sandbox.ContextRestart))
+	// Jupyter Server's kernel API, for notebook servers (--gateway-url)
+	// and Jupyter clients.
+	h("GET /jupyter/api/kernelspecs", s.jupyter.Kernelspecs)
+	h("GET /jupyter/api/kernelspecs/{name}", s.jupyter.Kernelspec)
+	h("GET /jupyter/kernelspecs/{name}/{file}", s.jupyter.KernelspecResource)
+	h("GET /jupyter/api/kernels", s.jupyter.ListKernels)
+	h("POST /jupyter/api/kernels", s.jupyter.StartKernel)
+	h("GET /jupyter/api/kernels/{id}", s.jupyter.GetKernel)
+	h("DELETE /jupyter/api/kernels/{id}", s.jupyter.DeleteKernel)
+	h("POST /jupyter/api/kernels/{id}/interrupt", s.jupyter.InterruptKernel)
+	h("POST /jupyter/api/kernels/{id}/restart", s.jupyter.RestartKernel)
+	h("GET /jupyter/api/kernels/{id}/channels", s.jupyter.Channels)
+	h("GET /jupyter/api/sessions", s.jupyter.ListSessions)
+	h("POST /jupyter/api/sessions", s.jupyter.CreateSession)
+	h("GET /jupyter/api/sessions/{id}", s.jupyter.GetSession)
+	h("PATCH /jupyter/api/sessions/{id}", s.jupyter.UpdateSession)
+	h("DELETE /jupyter/api/sessions/{id}", s.jupyter.DeleteSession)
 	// MCP over streamable HTTP; its tools call this mux in-process, with
 	// the same panic recovery as HTTP requests, as the caller of /mcp
 	// (whose principal their context carries; none: refused).

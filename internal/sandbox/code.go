@@ -97,6 +97,10 @@ func normalize(e *api.Execution) {
 
 // CreateContext starts a new code context in a sandbox.
 func (m *Manager) CreateContext(ctx context.Context, ref string, req *api.CreateContextRequest) (*api.Context, error) {
+	return m.createContext(ctx, ref, "", req)
+}
+
+func (m *Manager) createContext(ctx context.Context, ref, id string, req *api.CreateContextRequest) (*api.Context, error) {
 	if req.Language != "" && !languageRE.MatchString(req.Language) {
 		return nil, errdefs.InvalidArgument("language: %q is not a language or kernel name", req.Language)
 	}
@@ -107,7 +111,7 @@ func (m *Manager) CreateContext(ctx context.Context, ref string, req *api.Create
 	if err != nil {
 		return nil, err
 	}
-	areq := &agent.CreateContextRequest{Language: req.Language, Cwd: req.Cwd, Env: env}
+	areq := &agent.CreateContextRequest{ID: id, Language: req.Language, Cwd: req.Cwd, Env: env}
 	l, release, err := m.acquire(ctx, ref)
 	if err != nil {
 		return nil, err

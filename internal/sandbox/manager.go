@@ -158,6 +158,13 @@ type live struct {
 	inflight       int
 	lastActive     time.Time
 	persistedAt    time.Time
+	// polls are the Jupyter gateway's message polls in flight (jupyter.go):
+	// they hold the gate shared but count neither as calls in flight nor
+	// as activity, and an exclusive operation cancels them (holdPolls keeps
+	// new ones short until it is done).
+	polls     map[int]context.CancelFunc
+	pollSeq   int
+	holdPolls int
 }
 
 func (l *live) touch(now time.Time) {
@@ -871,15 +878,20 @@ func (m *Manager) acquireExclusive(ctx context.Context, id, op string) (*live, f
 	if l == nil {
 		return nil, nil, errdefs.FailedPrecondition("sandbox %s is not running", id)
 	}
+	// A notebook's message poll would hold the gate until it times out.
+	unhold := l.holdPollsOff()
 	unlock, err := l.gate.acquire(ctx, id, op, true, m.lockWait)
 	if err != nil {
+		unhold()
 		return nil, nil, err
 	}
 	if !m.current(l) { // it died while this waited
 		unlock()
+		unhold()
 		return nil, nil, errdefs.FailedPrecondition("sandbox %s stopped running", id)
 	}
-	return l, m.busy(l, unlock, false), nil
+	release := m.busy(l, unlock, false)
+	return l, func() { release(); unhold() }, nil
 }
 
 // findLive finds a running sandbox by id or name without touching the store

@@ -136,6 +136,21 @@ func rhRoutes() []*rhRoute {
 		{method: "GET", pattern: "/v1/nodes", weight: 1},
 		{method: "GET", pattern: "/v1/files/{id}", weight: 1},
 		{pattern: "/mcp", weight: 3, body: rhMCPBody},
+		{method: "GET", pattern: "/jupyter/api/kernelspecs", weight: 1},
+		{method: "GET", pattern: "/jupyter/api/kernelspecs/{name}", weight: 1},
+		{method: "GET", pattern: "/jupyter/kernelspecs/{name}/{file}", weight: 1},
+		{method: "GET", pattern: "/jupyter/api/kernels", weight: 1},
+		{method: "POST", pattern: "/jupyter/api/kernels", weight: 2, body: rhJupyterKernelBody},
+		{method: "GET", pattern: "/jupyter/api/kernels/{id}", weight: 2},
+		{method: "DELETE", pattern: "/jupyter/api/kernels/{id}", weight: 1, destructive: true},
+		{method: "POST", pattern: "/jupyter/api/kernels/{id}/interrupt", weight: 1, body: rhNoBody},
+		{method: "POST", pattern: "/jupyter/api/kernels/{id}/restart", weight: 1, body: rhNoBody},
+		{method: "GET", pattern: "/jupyter/api/kernels/{id}/channels", weight: 1},
+		{method: "GET", pattern: "/jupyter/api/sessions", weight: 1},
+		{method: "POST", pattern: "/jupyter/api/sessions", weight: 1, body: rhJupyterSessionBody},
+		{method: "GET", pattern: "/jupyter/api/sessions/{id}", weight: 1},
+		{method: "PATCH", pattern: "/jupyter/api/sessions/{id}", weight: 1, body: rhJupyterSessionBody},
+		{method: "DELETE", pattern: "/jupyter/api/sessions/{id}", weight: 1, destructive: true},
 		{method: "GET", pattern: "/{$}", weight: 1},
 		{method: "GET", pattern: "/ui/", weight: 1},
 		{pattern: "/", weight: 2},
@@ -765,6 +780,29 @@ func rhContextBody(g *rhGen) rhBody {
 	}, nil)
 }
 
+func rhJupyterKernelBody(g *rhGen) rhBody {
+	return g.jsonBody([]rhField{
+		{"name", func(g *rhGen) any {
+			return g.str("python3", "forkbox-python", "forkbox-no-such-image", "ruby", "forkbox-")
+		}},
+		{"path", func(g *rhGen) any { return g.str("a.ipynb", "", "../../x.ipynb") }},
+		{"env", func(g *rhGen) any {
+			return map[string]any{"KERNEL_FORKBOX_SANDBOX": g.st.sandboxRef(g, false), "KERNEL_FORKBOX_CONTEXT": g.str("default", "", "nope")}
+		}},
+	}, nil)
+}
+
+func rhJupyterSessionBody(g *rhGen) rhBody {
+	return g.jsonBody([]rhField{
+		{"path", func(g *rhGen) any { return g.str("rh-"+g.hex(4)+".ipynb", "a.ipynb", "") }},
+		{"type", func(g *rhGen) any { return g.str("notebook", "console", "") }},
+		{"name", func(g *rhGen) any { return g.str("n", "") }},
+		{"kernel", func(g *rhGen) any {
+			return map[string]any{"id": g.st.kernelRef(g, false), "name": g.str("python3", "nope", "")}
+		}},
+	}, nil)
+}
+
 func rhPoolBody(g *rhGen) rhBody {
 	return g.jsonBody([]rhField{
 		{"!name", func(g *rhGen) any { return g.str("rhp-"+g.hex(6), "rh-pool", "Bad Name") }},
@@ -1201,6 +1239,15 @@ func (s *rhState) contextRef(g *rhGen) string {
 	return s.ref(g, false, nonEmpty(fx.ctx), s.list("context"))
 }
 
+// kernelRef is a Jupyter kernel id: one the gateway gave, a well-formed
+// one of no kernel, or garbage.
+func (s *rhState) kernelRef(g *rhGen, destructive bool) string {
+	if g.p(0.15) {
+		return g.hex(8) + "-" + g.hex(4) + "-" + g.hex(4) + "-" + g.hex(4) + "-" + g.hex(12)
+	}
+	return s.ref(g, destructive, nil, s.list("kernel"))
+}
+
 func (s *rhState) poolRef(g *rhGen, destructive bool) string {
 	return s.ref(g, destructive, []string{rhPool}, s.list("pool"))
 }
@@ -1271,6 +1318,12 @@ func (g *rhGen) path(rt *rhRoute, method string) string {
 			v = g.st.imageRef(g, method != "GET" && method != "HEAD")
 		case strings.Contains(rt.pattern, "/contexts/"):
 			v = g.st.contextRef(g)
+		case strings.HasPrefix(rt.pattern, "/jupyter/api/kernels/"):
+			v = g.st.kernelRef(g, rt.destructive)
+		case strings.HasPrefix(rt.pattern, "/jupyter/api/sessions/"):
+			v = g.st.ref(g, rt.destructive, nil, g.st.list("session"))
+		case strings.HasPrefix(rt.pattern, "/jupyter/") && p == "{name}":
+			v = rhPick(g, "python3", "forkbox-python", "nope", g.garbage())
 		case p == "{tenant}":
 			v = rhPick(g, "default", "acme", "Bad Name", "-x", strings.Repeat("t", 40), g.garbage())
 		case strings.HasPrefix(rt.pattern, "/v1/keys"):
@@ -1745,6 +1798,19 @@ func (run *rhRun) harvest(rt *rhRoute, body []byte) {
 	case "POST /v1/images":
 		if n, ok := obj["name"].(string); ok && strings.HasPrefix(n, rhImagePrefix) {
 			run.st.add("image", n)
+		}
+	case "POST /jupyter/api/kernels":
+		if id, ok := obj["id"].(string); ok {
+			run.st.add("kernel", id)
+		}
+	case "POST /jupyter/api/sessions":
+		if id, ok := obj["id"].(string); ok {
+			run.st.add("session", id)
+		}
+		if k, ok := obj["kernel"].(map[string]any); ok {
+			if id, ok := k["id"].(string); ok {
+				run.st.add("kernel", id)
+			}
 		}
 	}
 }
