@@ -488,8 +488,7 @@ gw.url = sys.argv[1]
 gw.request_timeout = 120.0
 gw.init_static_args()
 nb = nbformat.read(sys.argv[2], as_version=4)
-km = GatewayKernelManager(kernel_name="python3")
-NotebookClient(nb, km=km, timeout=120, kernel_name="python3").execute()
+NotebookClient(nb, kernel_manager_class=GatewayKernelManager, timeout=120, kernel_name="python3").execute()
 nbformat.write(nb, sys.argv[3])
 `
 	cmd := exec.Command(debianPython, "-c", script, "http://"+shared.addr+"/jupyter", in, out)
@@ -525,7 +524,8 @@ nbformat.write(nb, sys.argv[3])
 	if c := done.Cells[3]; len(c.Outputs) != 1 || !strings.Contains(fmt.Sprint(c.Outputs[0].Text), "sandbox True") {
 		t.Errorf("cell 4: %+v", c.Outputs)
 	}
-	// nbclient shut its kernel down: the sandbox made for it is gone.
+	// nbclient shut its kernel down: the sandbox made for it is gone (not
+	// idled out: that takes minutes).
 	list, err := shared.c.ListSandboxes(ctxT(t), client.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
