@@ -24,6 +24,7 @@ type Client struct {
 	socket string
 	hc     *http.Client
 	dir    *os.File // held open when the socket is reached through it
+	conns  conns
 }
 
 // NewClient returns a client for the agent listening on socket (a host
@@ -47,6 +48,7 @@ func NewClient(socket string) *Client {
 
 func newClient(socket string, dir *os.File, openErr error) *Client {
 	name := filepath.Base(socket)
+	c := &Client{socket: socket}
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			if openErr != nil {
@@ -65,16 +67,18 @@ func newClient(socket string, dir *os.File, openErr error) *Client {
 				return nil, fmt.Errorf("agent socket %s is not a socket (mode %#o): refusing to connect", socket, st.Mode&unix.S_IFMT)
 			}
 			var d net.Dialer
-			return d.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d", fd))
+			conn, err := d.DialContext(ctx, "unix", fmt.Sprintf("/proc/self/fd/%d", fd))
+			if err != nil {
+				return nil, err
+			}
+			return c.conns.add(conn), nil
 		},
 		MaxIdleConnsPerHost: 4,
 		DisableCompression:  true,
 	}
-	return &Client{socket: socket, hc: &http.Client{Transport: tr}}
+	c.hc = &http.Client{Transport: tr}
+	return c
 }
-
-// CloseIdle closes idle connections to the agent.
-func (c *Client) CloseIdle() { c.hc.CloseIdleConnections() }
 
 // Close releases the client's connections and handles.
 func (c *Client) Close() {

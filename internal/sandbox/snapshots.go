@@ -225,6 +225,11 @@ func (m *Manager) captureFS(ctx context.Context, id, dst string, also func() err
 	return 0, nil
 }
 
+// quiesceWait bounds the wait, before each dump attempt, for the agent to
+// close its end of the daemon's connections (an agent whose sandbox's CPUs
+// are busy closes them late).
+const quiesceWait = 3 * time.Second
+
 // captureMemory takes a memory snapshot into dir: the writable layer and,
 // in the same frozen moment, every process with CRIU. The daemon holds no
 // connection into the sandbox meanwhile (acquireExclusive waited for the
@@ -238,7 +243,9 @@ func (m *Manager) captureMemory(ctx context.Context, l *live, sb *store.Sandbox,
 	criuDir := filepath.Join(dir, criuDirName)
 	var paused time.Duration
 	for attempt := 1; ; attempt++ {
-		l.agent.CloseIdle()
+		if !l.agent.Quiesce(ctx, quiesceWait) {
+			m.log.Debug("checkpoint: the agent has not closed every connection yet", "sandbox", l.id, "attempt", attempt)
+		}
 		if err := os.RemoveAll(criuDir); err != nil {
 			return 0, err
 		}
@@ -256,12 +263,16 @@ func (m *Manager) captureMemory(ctx context.Context, l *live, sb *store.Sandbox,
 			h, _ := m.criuHost()
 			return m.snapper.CheckpointMemory(ctx, h, l.id, l.info, img, criuDir)
 		})
-		// The agent closes its end of a connection the daemon just closed a
-		// moment later; a dump that caught one in between is tried again.
+		// A connection the agent had not closed within quiesceWait, or one
+		// a call handed back after the wait, fails the dump: try again.
 		if err != nil && attempt < 4 && ctx.Err() == nil && strings.Contains(err.Error(), "Unix socket") {
 			m.log.Debug("checkpoint met a closing agent connection; retrying", "sandbox", l.id, "attempt", attempt)
 			time.Sleep(time.Duration(attempt) * 30 * time.Millisecond)
 			continue
+		}
+		if err != nil && ctx.Err() == nil && strings.Contains(err.Error(), "Unix socket") {
+			// Transient (an agent starved of CPU), not the sandbox's fault.
+			return paused, errdefs.Unavailable("the sandbox's agent kept a connection open through %d attempts; try again: %v", attempt, err)
 		}
 		if err != nil {
 			return paused, err

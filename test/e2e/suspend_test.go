@@ -106,6 +106,34 @@ func TestSuspendResumeCycles(t *testing.T) {
 	}
 }
 
+// TestSuspendWithStarvedAgent: a sandbox whose CPUs its own code keeps busy
+// (a tenth of a CPU, a dozen busy loops) starves its agent, which then
+// closes the daemon's connections late; suspends right after a call still
+// succeed every time, and the sandbox answers after each resume.
+func TestSuspendWithStarvedAgent(t *testing.T) {
+	needRoot(t)
+	sb := newSandbox(t, shared, api.CreateSandboxRequest{CPUs: f64(0.1), AutoResume: boolp(false)})
+	res := sh(t, shared, sb.ID, "for i in $(seq 12); do (while :; do :; done) & done; echo kept > /workspace/mark")
+	if res.ExitCode != 0 {
+		t.Fatalf("start the busy loops: %+v", res)
+	}
+	path := "/v1/sandboxes/" + sb.ID
+	for i := 1; i <= 3; i++ {
+		// A call just before the suspend leaves a connection for the
+		// starved agent to close (an earlier daemon failed about one
+		// suspend in three here: CRIU met the agent's end still open).
+		if r := sh(t, shared, sb.ID, "cat /workspace/mark"); r.Stdout != "kept\n" {
+			t.Fatalf("cycle %d: %+v", i, r)
+		}
+		if status, raw := postJSON(t, shared, path+"/suspend", nil); status != 200 {
+			t.Fatalf("cycle %d suspend: %d %s", i, status, raw)
+		}
+		if status, raw := postJSON(t, shared, path+"/resume", nil); status != 200 {
+			t.Fatalf("cycle %d resume: %d %s", i, status, raw)
+		}
+	}
+}
+
 func boolp(v bool) *bool { return &v }
 
 func itoa(i int) string { return strconv.Itoa(i) }
