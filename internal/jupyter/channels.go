@@ -184,24 +184,33 @@ func (cc *channelConn) readClient(ctx context.Context) {
 	}
 }
 
-// replyError answers a request the kernel never got with an error reply,
-// so that the client shows why instead of waiting forever.
+// replyError answers a request the kernel never got as a kernel would
+// have: status busy, an error reply, status idle (clients such as nbclient
+// wait for the idle status as well as the reply), so that the client shows
+// why instead of waiting forever.
 func (cc *channelConn) replyError(ctx context.Context, m *agent.JupyterMessage, cause error) {
 	var h headerFields
-	if json.Unmarshal(m.Header, &h) != nil || len(h.MsgType) < len("_request") || h.MsgType[len(h.MsgType)-len("_request"):] != "_request" {
+	if json.Unmarshal(m.Header, &h) != nil || !strings.HasSuffix(h.MsgType, "_request") {
 		return
 	}
-	replyType := h.MsgType[:len(h.MsgType)-len("_request")] + "_reply"
-	header, _ := json.Marshal(map[string]any{
-		"msg_id": newSessionID(), "msg_type": replyType, "session": "forkbox", "username": "forkbox",
-		"date": cc.g.now().UTC().Format(jupyterTime), "version": "5.3",
-	})
+	header := func(msgType string) json.RawMessage {
+		b, _ := json.Marshal(map[string]any{
+			"msg_id": newSessionID(), "msg_type": msgType, "session": "forkbox", "username": "forkbox",
+			"date": cc.g.now().UTC().Format(jupyterTime), "version": "5.3",
+		})
+		return b
+	}
+	status := func(state string) *agent.JupyterMessage {
+		return &agent.JupyterMessage{Channel: "iopub", Header: header("status"), Parent: m.Header,
+			Metadata: json.RawMessage("{}"), Content: json.RawMessage(`{"execution_state":"` + state + `"}`)}
+	}
 	content, _ := json.Marshal(map[string]any{
 		"status": "error", "ename": "ForkboxError", "evalue": cause.Error(),
 		"traceback": []string{"forkbox could not pass the request to the kernel: " + cause.Error()},
 	})
-	cc.write(ctx, &agent.JupyterMessage{Channel: m.Channel, Header: header, Parent: m.Header,
-		Metadata: json.RawMessage("{}"), Content: content})
+	reply := &agent.JupyterMessage{Channel: m.Channel, Header: header(strings.TrimSuffix(h.MsgType, "_request") + "_reply"),
+		Parent: m.Header, Metadata: json.RawMessage("{}"), Content: content}
+	_ = cc.write(ctx, status("busy")) && cc.write(ctx, reply) && cc.write(ctx, status("idle"))
 }
 
 // relayKernel polls the kernel's messages and writes them to the client

@@ -36,6 +36,7 @@ type fakeSandboxes struct {
 	log       map[string][]agent.JupyterMessage // sandbox/context → messages
 	changed   chan struct{}
 	onSend    func(f *fakeSandboxes, sb, cref string, m *agent.JupyterMessage)
+	sendErr   error // what JupyterSend fails with, when set
 	suspended map[string]bool
 }
 
@@ -135,6 +136,10 @@ func (f *fakeSandboxes) JupyterSend(ctx context.Context, ref, cref, language str
 	if _, err := f.get(ctx, ref); err != nil {
 		f.mu.Unlock()
 		return err
+	}
+	if f.sendErr != nil {
+		f.mu.Unlock()
+		return f.sendErr
 	}
 	delete(f.suspended, ref) // a message resumes
 	f.sent = append(f.sent, m)
@@ -548,6 +553,33 @@ func TestChannelsRelay(t *testing.T) {
 			break
 		}
 	}
+
+	// A request that cannot reach the kernel is answered as a kernel
+	// would: busy, an error reply saying why, idle.
+	f.mu.Lock()
+	f.sendErr = errdefs.Unavailable("the sandbox could not be resumed")
+	f.mu.Unlock()
+	c.Write(ctx, websocket.MessageText, []byte(strings.ReplaceAll(send, "m1", "m4")))
+	var seen []string
+	for len(seen) < 3 {
+		_, data, err = c.Read(ctx)
+		if err != nil {
+			t.Fatalf("after a failed send: %v", err)
+		}
+		if !strings.Contains(string(data), `"m4"`) {
+			continue
+		}
+		json.Unmarshal(data, &got)
+		seen = append(seen, got.Channel+" "+got.MsgType+" "+string(got.Content))
+	}
+	if !strings.Contains(seen[0], `iopub status {"execution_state":"busy"}`) || !strings.HasPrefix(seen[1], "shell execute_reply") ||
+		!strings.Contains(seen[1], `"ename":"ForkboxError"`) || !strings.Contains(seen[1], "could not be resumed") ||
+		!strings.Contains(seen[2], `iopub status {"execution_state":"idle"}`) {
+		t.Fatalf("a failed send's answers: %q", seen)
+	}
+	f.mu.Lock()
+	f.sendErr = nil
+	f.mu.Unlock()
 
 	// The sandbox ends: the gateway closes the connection.
 	f.mu.Lock()

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -139,17 +140,94 @@ type nbConn struct {
 	c       *websocket.Conn
 	session string
 	n       int
+	// diag says what the servers logged, for a failure.
+	diag func() string
+	in   chan wsFrame // what a reader goroutine read, until the connection ends
 }
 
-func dialKernel(t *testing.T, ctx context.Context, wsURL string, hdr http.Header) *nbConn {
+type wsFrame struct {
+	typ websocket.MessageType
+	b   []byte
+	err error
+}
+
+// dialKernel opens a kernel's channels and waits until the kernel answers a
+// kernel_info_request, as JupyterLab and jupyter_client do: a notebook
+// server in front of a gateway drops what a client sends before its own
+// connection to the gateway is up (jupyter_server 1.23 attaches such a
+// message to a future that never completes), so a client greets the kernel
+// until it answers before it runs anything.
+func dialKernel(t *testing.T, ctx context.Context, wsURL string, hdr http.Header, diag func() string) *nbConn {
 	t.Helper()
 	c, _, err := websocket.Dial(ctx, wsURL, &websocket.DialOptions{HTTPHeader: hdr})
 	if err != nil {
 		t.Fatalf("websocket %s: %v", wsURL, err)
 	}
 	c.SetReadLimit(64 << 20)
-	t.Cleanup(func() { c.CloseNow() })
-	return &nbConn{t: t, c: c, session: fmt.Sprintf("e2e-%d", time.Now().UnixNano())}
+	done := make(chan struct{})
+	t.Cleanup(func() { close(done); c.CloseNow() })
+	nc := &nbConn{t: t, c: c, session: fmt.Sprintf("e2e-%d", time.Now().UnixNano()), diag: diag, in: make(chan wsFrame, 64)}
+	go func() {
+		for {
+			typ, b, err := c.Read(context.Background())
+			select {
+			case nc.in <- wsFrame{typ, b, err}:
+			case <-done:
+				return
+			}
+			if err != nil {
+				close(nc.in)
+				return
+			}
+		}
+	}()
+	ctx, cancel := context.WithTimeout(ctx, cellTimeout)
+	defer cancel()
+	for {
+		id := nc.send(ctx, "shell", "kernel_info_request", nil, map[string]any{})
+		retry := time.After(2 * time.Second)
+		for waiting := true; waiting; {
+			m, ok := nc.next(ctx, retry)
+			switch {
+			case !ok:
+				waiting = false
+			case m.MsgType == "kernel_info_reply" && m.Parent["msg_id"] == id:
+				return nc
+			}
+		}
+	}
+}
+
+// next is the next message from the kernel; false when give fires first.
+func (nc *nbConn) next(ctx context.Context, give <-chan time.Time) (nbMsg, bool) {
+	var f wsFrame
+	var ok bool
+	select {
+	case f, ok = <-nc.in:
+	case <-ctx.Done():
+		f.err = ctx.Err()
+		ok = true
+	case <-give:
+		return nbMsg{}, false
+	}
+	if !ok {
+		f.err = errors.New("the connection has ended")
+	}
+	if f.err != nil {
+		extra := ""
+		if nc.diag != nil {
+			extra = nc.diag()
+		}
+		nc.t.Fatalf("read from the kernel: %v\n%s", f.err, extra)
+	}
+	if f.typ == websocket.MessageBinary {
+		nc.t.Fatalf("a binary message where none was expected (%d bytes)", len(f.b))
+	}
+	var m nbMsg
+	if err := json.Unmarshal(f.b, &m); err != nil {
+		nc.t.Fatalf("a message that is not JSON: %v: %.300s", err, f.b)
+	}
+	return m, true
 }
 
 type nbMsg struct {
@@ -177,19 +255,12 @@ func (nc *nbConn) send(ctx context.Context, channel, msgType string, parent map[
 }
 
 func (nc *nbConn) read(ctx context.Context) nbMsg {
-	typ, b, err := nc.c.Read(ctx)
-	if err != nil {
-		nc.t.Fatalf("read from the kernel: %v", err)
-	}
-	if typ == websocket.MessageBinary {
-		nc.t.Fatalf("a binary message where none was expected (%d bytes)", len(b))
-	}
-	var m nbMsg
-	if err := json.Unmarshal(b, &m); err != nil {
-		nc.t.Fatalf("a message that is not JSON: %v: %.300s", err, b)
-	}
+	m, _ := nc.next(ctx, nil)
 	return m
 }
+
+// cellTimeout bounds one cell of the tests (a loaded CI machine included).
+const cellTimeout = 2 * time.Minute
 
 // cellResult is what one execute_request produced.
 type cellResult struct {
@@ -205,6 +276,8 @@ type cellResult struct {
 // status arrived; onInput answers input() when allowStdin.
 func (nc *nbConn) execute(ctx context.Context, code string, onInput func(prompt string) string) cellResult {
 	nc.t.Logf("cell: %.40q", code)
+	ctx, cancel := context.WithTimeout(ctx, cellTimeout)
+	defer cancel()
 	id := nc.send(ctx, "shell", "execute_request", nil, map[string]any{"code": code, "silent": false,
 		"store_history": true, "user_expressions": map[string]any{}, "allow_stdin": onInput != nil, "stop_on_error": true})
 	var r cellResult
@@ -221,6 +294,13 @@ func (nc *nbConn) execute(ctx context.Context, code string, onInput func(prompt 
 			replied = true
 			r.status, _ = c["status"].(string)
 			r.ename, _ = c["ename"].(string)
+			if r.ename == "ForkboxError" {
+				extra := ""
+				if nc.diag != nil {
+					extra = nc.diag()
+				}
+				nc.t.Fatalf("the gateway could not pass %.40q to the kernel: %s\n%s", code, m.Content, extra)
+			}
 			if n, ok := c["execution_count"].(float64); ok {
 				r.count = int(n)
 			}
@@ -292,7 +372,8 @@ func TestJupyterGateway(t *testing.T) {
 	}
 	kid := sess.Kernel.ID
 	wsURL := "ws" + strings.TrimPrefix(js.url, "http") + "/api/kernels/" + kid + "/channels?session_id=" + sess.ID
-	nb := dialKernel(t, ctx, wsURL, http.Header{"Authorization": {"token " + js.token}})
+	diag := func() string { return "jupyter server's log:\n" + js.logTail() + "\ndaemon's log:\n" + d.logTail() }
+	nb := dialKernel(t, ctx, wsURL, http.Header{"Authorization": {"token " + js.token}}, diag)
 
 	if r := nb.execute(ctx, "x = 21", nil); r.status != "ok" || r.count != 1 {
 		t.Fatalf("x = 21: %+v\n%s\n%s", r, js.logTail(), d.logTail())
@@ -398,7 +479,7 @@ func TestJupyterGateway(t *testing.T) {
 	if _, err := acme.Suspend(ctx, sbID); err != nil {
 		t.Fatal(err)
 	}
-	nb = dialKernel(t, ctx, wsURL, http.Header{"Authorization": {"token " + js.token}})
+	nb = dialKernel(t, ctx, wsURL, http.Header{"Authorization": {"token " + js.token}}, diag)
 	if r := nb.execute(ctx, "x + len(name)", nil); r.status != "ok" || r.text != "28" {
 		t.Fatalf("after a reconnect to a suspended kernel: %+v\n%s", r, d.logTail())
 	}
@@ -436,7 +517,7 @@ func TestJupyterGateway(t *testing.T) {
 	}
 	// And acme's own token works directly (a client without a notebook
 	// server).
-	direct := dialKernel(t, ctx, "ws://"+d.addr+kernelPath+"/channels", http.Header{"Authorization": {"token " + acmeKey}})
+	direct := dialKernel(t, ctx, "ws://"+d.addr+kernelPath+"/channels", http.Header{"Authorization": {"token " + acmeKey}}, diag)
 	if r := direct.execute(ctx, "x - 1", nil); r.text != "20" {
 		t.Fatalf("acme's kernel through forkbox directly: %+v", r)
 	}
