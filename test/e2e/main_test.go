@@ -147,6 +147,10 @@ func (d *daemon) start() error {
 		!slices.ContainsFunc(d.env, func(kv string) bool { return strings.HasPrefix(kv, "FORKBOX_DEFAULT_POOL=") }) {
 		args = append(args, "--default-pool=0")
 	}
+	// FORKBOX_E2E_DEBUG=1 makes every test daemon log every request.
+	if os.Getenv("FORKBOX_E2E_DEBUG") == "1" {
+		args = append(args, "--debug")
+	}
 	d.cmd = exec.Command(binary, append(args, d.args...)...)
 	if d.netns != "" {
 		// nsenter enters the network namespace only (ip netns exec would

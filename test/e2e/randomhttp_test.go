@@ -2320,6 +2320,12 @@ func rhAfter(t *testing.T, d *daemon, st *rhState) {
 	if err := c.Health(ctx); err != nil {
 		t.Fatalf("healthz after the run: %v", err)
 	}
+	// The run may have set the tenant's quotas as low as nothing at all
+	// (PUT /v1/tenants/default): lift them, or the create below is
+	// rightly refused.
+	if _, err := c.SetTenantQuotas(ctx, "default", api.Quotas{}); err != nil {
+		t.Fatalf("lift the default tenant's quotas after the run: %v", err)
+	}
 	sb, err := c.CreateSandbox(ctx, api.CreateSandboxRequest{})
 	if err != nil {
 		t.Fatalf("create after the run: %v\n%s", err, d.logTail())
