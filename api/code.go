@@ -11,7 +11,9 @@ type RunCodeRequest struct {
 	Env       map[string]string `json:"env,omitempty"`        // set for this cell only (Python)
 }
 
-// Execution is the result of running code in a context (SPEC §4).
+// docs/API.md, "The execution result", describes every field of Execution.
+
+// Execution is the result of running code in a context.
 type Execution struct {
 	Logs           Logs             `json:"logs"`
 	Results        []map[string]any `json:"results"`

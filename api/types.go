@@ -5,7 +5,10 @@ package api
 
 import "time"
 
-// Sandbox lifecycle states (SPEC §1).
+// How the states below follow one another, and what survives a daemon
+// restart in each, is in docs/ARCHITECTURE.md, "States and transitions".
+
+// Sandbox lifecycle states.
 const (
 	StateCreating   = "creating"
 	StateRunning    = "running"

@@ -17,7 +17,7 @@ import (
 const eventFailure = "failure"
 
 // RunCode runs a cell of code in a context of a sandbox and waits for it
-// (SPEC §4). A cell that raises (NameError, SyntaxError, TimeoutError,
+// (docs/API.md, "The execution result"). A cell that raises (NameError, SyntaxError, TimeoutError,
 // KernelDied, …) is not an error of the call: it comes back in the
 // execution's Error. Errors are for calls that could not run the cell.
 //

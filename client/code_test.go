@@ -17,7 +17,8 @@ import (
 	"github.com/forkbox/forkbox/internal/errdefs"
 )
 
-// sampleExecution is the contract's example (SPEC §4) plus output and a figure.
+// sampleExecution has the shape of docs/API.md's example execution: output on
+// both streams, a figure and the main result.
 func sampleExecution() api.Execution {
 	return api.Execution{
 		Logs: api.Logs{Stdout: []string{"hi\n"}, Stderr: []string{"warn\n"}},

@@ -415,7 +415,7 @@ func TestOpenAPISSEEvents(t *testing.T) {
 	}
 }
 
-// TestOpenAPIResultFormats checks the result object against SPEC §4: every
+// TestOpenAPIResultFormats checks the result object against docs/API.md: every
 // format key, "extra" for other MIME types and is_main_result, and room for
 // keys a later daemon adds.
 func TestOpenAPIResultFormats(t *testing.T) {

@@ -1,7 +1,7 @@
 package main
 
 // forkbox run and the context commands: code in a sandbox's stateful
-// contexts (Jupyter kernels, SPEC §4).
+// contexts (Jupyter kernels; docs/API.md, "The execution result").
 
 import (
 	"context"

@@ -1,6 +1,7 @@
 // Package agent is forkbox's in-sandbox agent and the daemon's client for it.
 //
-// The agent is the forkbox binary itself, bind-mounted read-only at
+// The agent is forkbox-agent (or, when that is not beside it, the forkbox
+// binary itself, which holds the same code), bind-mounted read-only at
 // /.forkbox/forkbox and started by the runtime as the sandbox's init (PID 1).
 // It reaps every orphan, runs commands as the sandbox user with streamed
 // output, and serves file operations. It speaks HTTP/1.1 over a Unix socket in

@@ -1,5 +1,6 @@
-// Package analyst is the chat product of SPEC §6: conversations that each own
-// a named sandbox, CSV uploads that land in its /workspace, and questions
+// Package analyst is forkbox's chat product (docs/ARCHITECTURE.md, "Chat (the
+// analyst)"): conversations that each own a named sandbox, CSV uploads that
+// land in its /workspace, and questions
 // answered by the agent loop (internal/chat) running code in that sandbox. A
 // conversation's sandbox is named, so it suspends when idle and resumes on the
 // next question with its variables; its turns and the model history persist

@@ -1,7 +1,7 @@
 // Package chat is forkbox's analyst: an agent loop that answers a question by
 // letting a language model run Python in a sandbox through a run_code tool,
 // feeding each execution back to it, and collecting the charts it draws
-// (SPEC §6).
+// (docs/ARCHITECTURE.md, "Chat (the analyst)").
 //
 // The loop (Run) is provider-neutral. A Provider is one model turn over the
 // conversation so far; two implementations use the official SDKs: any

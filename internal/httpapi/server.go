@@ -1,4 +1,4 @@
-// Package httpapi serves forkbox's HTTP API (v1, SPEC §3): REST + SSE
+// Package httpapi serves forkbox's HTTP API (v1; conventions in docs/API.md): REST + SSE
 // handlers over a sandbox.Manager, bearer-key auth, request size limits,
 // Prometheus metrics and the OpenAPI document. Errors are written in one
 // place (writeError) from the errdefs kind of the error.

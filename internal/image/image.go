@@ -1,10 +1,12 @@
 // Package image manages forkbox images: read-only root filesystems plus the
 // defaults (environment, working directory, user) a sandbox starts with.
 //
-// A Store keeps every image in its own directory under <data-dir>/images:
+// A Store keeps its images under <data-dir>/images (or --images-dir):
 //
-//	<dir>/<name>/image.json   the Image metadata
-//	<dir>/<name>/rootfs/      the read-only lower dir of a sandbox's overlay
+//	<dir>/<name>/image.json   the Image metadata: its layers and defaults
+//	<dir>/.layers/<id>/       the shared layers images stack (layers.go)
+//	<dir>/host/rootfs/        the host-derived image's own small root
+//	<dir>/.lock               serializes changes across processes sharing <dir>
 //
 // An image appears all at once: it is built under a temporary name in <dir>
 // and renamed into place, so Get and List never see a half-built image, and a

@@ -42,7 +42,7 @@ type ExtractOptions struct {
 	// error (errdefs.ErrTooLarge) names the bound.
 	Budget *Budget
 
-	// layerFormat extracts forkbox's own layer tars (layertar.go): every
+	// layerFormat extracts forkbox's own layer tars (layertar_linux.go): every
 	// extended attribute is kept, trusted.overlay.* included. Unexported
 	// on purpose: user archives never get it.
 	layerFormat bool

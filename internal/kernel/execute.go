@@ -9,8 +9,9 @@ import (
 	"unicode/utf8"
 )
 
-// Execute runs code as one cell and returns its execution (SPEC §4). Calls
-// run one at a time in the order they arrived. onEvent, when not nil, is
+// Execute runs code as one cell and returns its execution (docs/API.md, "The
+// execution result", describes it as the API answers it). Calls run one at a
+// time in the order they arrived. onEvent, when not nil, is
 // called from Execute's goroutine with each output as it arrives, in order,
 // and never after Execute returned.
 //

@@ -156,8 +156,9 @@ func isPNG(s string) bool {
 	return err == nil && strings.HasPrefix(string(b), "\x89PNG\r\n\x1a\n")
 }
 
-// TestPython runs one kernel through the contract of SPEC §4. Subtests run in
-// order on the same kernel; the first ones rely on being its first cells.
+// TestPython runs one kernel through what docs/API.md ("The execution result")
+// promises. Subtests run in order on the same kernel; the first ones rely on
+// being its first cells.
 func TestPython(t *testing.T) {
 	t.Parallel()
 	k := startPython(t)

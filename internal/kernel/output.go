@@ -6,7 +6,8 @@ import (
 	"strings"
 )
 
-// Execution is the result of running one cell: the contract of SPEC §4.
+// Execution is the result of running one cell, as docs/API.md ("The execution
+// result") describes it.
 // Slices are never nil, so they encode as [] rather than null.
 type Execution struct {
 	Logs           Logs       `json:"logs"`
@@ -48,7 +49,7 @@ type Event struct {
 	Error  *ExecError `json:"error,omitempty"`
 }
 
-// formats maps the MIME types of SPEC §4 to their result keys.
+// formats maps MIME types to the result keys that docs/API.md lists.
 var formats = map[string]string{
 	"text/plain":             "text",
 	"text/html":              "html",

@@ -30,7 +30,8 @@ type CodeOptions struct {
 	Unrecorded bool
 }
 
-// RunCode runs a cell in a context of a sandbox (SPEC §4).
+// RunCode runs a cell in a context of a sandbox and answers with its
+// execution (docs/API.md, "The execution result").
 func (m *Manager) RunCode(ctx context.Context, ref string, req *api.RunCodeRequest, opts CodeOptions) (*api.Execution, error) {
 	areq := &agent.CodeRequest{Code: req.Code, Language: req.Language, Context: req.Context}
 	if req.Language != "" && !languageRE.MatchString(req.Language) {

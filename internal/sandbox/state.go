@@ -5,7 +5,8 @@ import (
 	"github.com/forkbox/forkbox/internal/errdefs"
 )
 
-// transitions lists the legal state changes (SPEC §1):
+// transitions lists the legal state changes (docs/ARCHITECTURE.md, "States
+// and transitions", draws them and says when each happens):
 //
 //	creating → running ⇄ (suspending → suspended → resuming) → terminated
 //

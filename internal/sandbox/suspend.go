@@ -13,7 +13,7 @@ import (
 	"github.com/forkbox/forkbox/internal/store"
 )
 
-// Suspend and resume (SPEC §1): a suspend is a memory snapshot of the
+// Suspend and resume (docs/ARCHITECTURE.md, "States and transitions"): a suspend is a memory snapshot of the
 // sandbox (its "suspend image", a snapshot of type suspend that the API does
 // not list) followed by freeing every process, mount and cgroup; a resume is
 // a restore of that image under the same id and name. Each step is recorded

@@ -90,7 +90,8 @@ class CommandResult(_Record):
         return self.exit_code == 0
 
 
-# The result formats of SPEC §4, in the order formats() lists them.
+# The result formats of docs/API.md ("The execution result"), in the order
+# formats() lists them.
 RESULT_FORMATS = ("text", "html", "markdown", "latex", "png", "jpeg", "svg", "json", "javascript", "pdf")
 
 
@@ -217,7 +218,8 @@ class ExecutionError:
 
 
 class Execution:
-    """The result of ``run_code`` (SPEC §4): ``results`` (Result objects),
+    """The result of ``run_code`` (docs/API.md, "The execution result"):
+    ``results`` (Result objects),
     ``logs`` (``.stdout`` / ``.stderr`` lists), ``error`` (None on success,
     else an ExecutionError), ``execution_count``, ``context_id`` and
     ``duration_ms``. ``text`` is the main result's text (the value of the
