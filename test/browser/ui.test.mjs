@@ -777,8 +777,11 @@ test('health: an image being built and no model, as /healthz says (1280x800, 390
     assert.ok(lines.some((l) => l.startsWith('OPENAI_BASE_URL=http://localhost:11434/v1')));
     await off.getByTestId('model-env-copy').nth(1).click();
     assert.equal(await page.evaluate(() => navigator.clipboard.readText()), lines[1]);
-    // The "Copied" toast: in the bottom-right corner, above the question box on a phone.
-    const toastBox = await page.getByTestId('toast').last().boundingBox();
+    // The "Copied" toast: in the bottom-right corner, above the question box on a phone
+    // (measured once it has slid in: its entry animation starts it 8 px lower).
+    const toast = page.getByTestId('toast').last();
+    await toast.evaluate((el) => Promise.all(el.getAnimations().map((a) => a.finished)));
+    const toastBox = await toast.boundingBox();
     const composer = await page.getByTestId('composer').boundingBox();
     assert.ok(toastBox.x + toastBox.width >= viewport.width - 24 && toastBox.y + toastBox.height <= viewport.height, `the toast in the corner: ${JSON.stringify(toastBox)}`);
     if (mobile) assert.ok(toastBox.y + toastBox.height <= composer.y + 1, `the toast ${JSON.stringify(toastBox)} is above the question box ${JSON.stringify(composer)}`);
