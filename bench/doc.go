@@ -4,7 +4,9 @@
 // the round trip of a `1+1` cell next to jupyter_client driving a local
 // ipykernel, and a group-by on a loaded DataFrame next to a fresh python3 per
 // call (both baselines use /usr/bin/python3 with Debian's
-// python3-jupyter-client, python3-ipykernel and python3-pandas).
+// python3-jupyter-client, python3-ipykernel and python3-pandas); and a
+// notebook's `1+1` cell through Debian's Jupyter Server with forkbox as its
+// kernel gateway, next to the same server running a local ipykernel.
 //
 // They start a real daemon, so they need Linux and root:
 //
