@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/google/uuid"
 
 	"github.com/forkbox/forkbox/api"
 	"github.com/forkbox/forkbox/internal/agent"
@@ -195,7 +196,7 @@ func (cc *channelConn) replyError(ctx context.Context, m *agent.JupyterMessage, 
 	}
 	header := func(msgType string) json.RawMessage {
 		b, _ := json.Marshal(map[string]any{
-			"msg_id": newSessionID(), "msg_type": msgType, "session": "forkbox", "username": "forkbox",
+			"msg_id": uuid.NewString(), "msg_type": msgType, "session": "forkbox", "username": "forkbox",
 			"date": cc.g.now().UTC().Format(jupyterTime), "version": "5.3",
 		})
 		return b

@@ -2,11 +2,11 @@ package jupyter
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"net/http"
 	"slices"
 	"strings"
+
+	"github.com/google/uuid"
 
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/tenant"
@@ -41,14 +41,18 @@ type notebookModel struct {
 }
 
 // sessionRequest is the body of POST and PATCH /api/sessions.
+// sessionKernel is the kernel a session request names: an existing one by
+// id, or a new one of a kernelspec by name.
+type sessionKernel struct {
+	ID   string `json:"id"`
+	Name string `json:"name"`
+}
+
 type sessionRequest struct {
 	Path   *string `json:"path"`
 	Name   *string `json:"name"`
 	Type   *string `json:"type"`
-	Kernel *struct {
-		ID   string `json:"id"`
-		Name string `json:"name"`
-	} `json:"kernel"`
+	Kernel *sessionKernel `json:"kernel"`
 	// Older clients name the path here.
 	Notebook *struct {
 		Path string `json:"path"`
@@ -57,15 +61,6 @@ type sessionRequest struct {
 
 // maxSessionsPerTenant bounds what one tenant keeps in the daemon's memory.
 const maxSessionsPerTenant = 1000
-
-func newSessionID() string {
-	var b [16]byte
-	rand.Read(b[:])
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	h := hex.EncodeToString(b[:])
-	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
-}
 
 func (g *Gateway) sessionModel(ctx context.Context, s *session) (sessionModel, bool) {
 	k, _, err := g.kernelFor(ctx, s.kernelID)
@@ -132,7 +127,7 @@ func (g *Gateway) CreateSession(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	ctx := r.Context()
-	s := &session{id: newSessionID(), tenant: tenant.Of(ctx), typ: "notebook"}
+	s := &session{id: uuid.NewString(), tenant: tenant.Of(ctx), typ: "notebook"}
 	if req.Path != nil {
 		s.path = *req.Path
 	} else if req.Notebook != nil {
@@ -167,23 +162,11 @@ func (g *Gateway) CreateSession(w http.ResponseWriter, r *http.Request) error {
 			return errdefs.ResourceExhausted("at most %d sessions per tenant", maxSessionsPerTenant)
 		}
 	}
-	switch {
-	case req.Kernel != nil && req.Kernel.ID != "":
-		if _, _, err := g.kernelFor(ctx, req.Kernel.ID); err != nil {
-			return err
-		}
-		s.kernelID = req.Kernel.ID
-	default:
-		name := ""
-		if req.Kernel != nil {
-			name = req.Kernel.Name
-		}
-		k, err := g.start(ctx, startRequest{Name: name})
-		if err != nil {
-			return err
-		}
-		s.kernelID = k.id
+	kernelID, err := g.sessionKernel(ctx, req.Kernel, true)
+	if err != nil {
+		return err
 	}
+	s.kernelID = kernelID
 	g.mu.Lock()
 	g.sessions[s.id] = s
 	g.mu.Unlock()
@@ -209,20 +192,10 @@ func (g *Gateway) UpdateSession(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	old := ""
-	if req.Kernel != nil {
-		switch {
-		case req.Kernel.ID != "":
-			if _, _, err := g.kernelFor(ctx, req.Kernel.ID); err != nil {
-				return err
-			}
-			old, s.kernelID = s.kernelID, req.Kernel.ID
-		case req.Kernel.Name != "":
-			k, err := g.start(ctx, startRequest{Name: req.Kernel.Name})
-			if err != nil {
-				return err
-			}
-			old, s.kernelID = s.kernelID, k.id
-		}
+	if next, err := g.sessionKernel(ctx, req.Kernel, false); err != nil {
+		return err
+	} else if next != "" {
+		old, s.kernelID = s.kernelID, next
 	}
 	g.mu.Lock()
 	if req.Path != nil {
@@ -266,6 +239,30 @@ func (g *Gateway) DeleteSession(w http.ResponseWriter, r *http.Request) error {
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
+}
+
+// sessionKernel returns the id of the kernel a session request names: an
+// existing kernel's (checked), or that of a new one of the named kernelspec;
+// with none named, a new default kernel when orDefault, else "".
+func (g *Gateway) sessionKernel(ctx context.Context, k *sessionKernel, orDefault bool) (string, error) {
+	switch {
+	case k != nil && k.ID != "":
+		if _, _, err := g.kernelFor(ctx, k.ID); err != nil {
+			return "", err
+		}
+		return k.ID, nil
+	case k != nil && k.Name != "" || orDefault:
+		name := ""
+		if k != nil {
+			name = k.Name
+		}
+		started, err := g.start(ctx, startRequest{Name: name})
+		if err != nil {
+			return "", err
+		}
+		return started.id, nil
+	}
+	return "", nil
 }
 
 func (g *Gateway) kernelInSession(id string) bool {
