@@ -49,9 +49,9 @@ type sessionKernel struct {
 }
 
 type sessionRequest struct {
-	Path   *string `json:"path"`
-	Name   *string `json:"name"`
-	Type   *string `json:"type"`
+	Path   *string        `json:"path"`
+	Name   *string        `json:"name"`
+	Type   *string        `json:"type"`
 	Kernel *sessionKernel `json:"kernel"`
 	// Older clients name the path here.
 	Notebook *struct {
