@@ -47,6 +47,7 @@ import (
 
 	"github.com/forkbox/forkbox/api"
 	"github.com/forkbox/forkbox/internal/errdefs"
+	"github.com/forkbox/forkbox/internal/jupyter/kernelid"
 	"github.com/forkbox/forkbox/internal/store"
 )
 
@@ -341,6 +342,8 @@ var (
 	sandboxPath      = regexp.MustCompile(`^/v1/sandboxes/([^/]+)(?:/|$)`)
 	e2bSandboxPath   = regexp.MustCompile(`^/(?:v2/)?sandboxes/([^/]+)(?:/|$)`)
 	conversationPath = regexp.MustCompile(`^/v1/conversations/([^/]+)(?:/|$)`)
+	// A Jupyter kernel's id names its sandbox (package kernelid).
+	jupyterKernelPath = regexp.MustCompile(`^/jupyter/api/kernels/([^/]+)(?:/|$)`)
 )
 
 // maxChatBody bounds the chat body read to route it (a question with CSV
@@ -402,6 +405,15 @@ func (n *Node) Route(w http.ResponseWriter, r *http.Request) (handled bool, err 
 			return false, nil
 		}
 		return n.routeConversation(w, r, id)
+	}
+	if m := jupyterKernelPath.FindStringSubmatch(r.URL.Path); m != nil {
+		if sandbox, _, ok := kernelid.Parse(m[1]); ok {
+			return n.RouteSandbox(w, r, sandbox)
+		}
+		return false, nil // not a kernel id: answered here (404)
+	}
+	if r.URL.Path == "/jupyter/api/kernels" && r.Method == http.MethodPost {
+		return n.routeKernelStart(w, r)
 	}
 	for _, re := range []*regexp.Regexp{sandboxPath, e2bSandboxPath} {
 		if m := re.FindStringSubmatch(r.URL.Path); m != nil {
@@ -508,6 +520,33 @@ func (n *Node) routeCreate(w http.ResponseWriter, r *http.Request) (bool, error)
 	}
 	n.forward(w, r, target)
 	return true, nil
+}
+
+// routeKernelStart places a Jupyter kernel start: one in an existing
+// sandbox (KERNEL_FORKBOX_SANDBOX in its env) goes to that sandbox's node; a
+// kernel in a new sandbox starts here.
+func (n *Node) routeKernelStart(w http.ResponseWriter, r *http.Request) (bool, error) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxCreateBody+1))
+	if err != nil {
+		return false, errdefs.InvalidArgument("read request body: %v", err)
+	}
+	r.Body.Close()
+	if len(body) > maxCreateBody {
+		return false, errdefs.InvalidArgument("request body is larger than %d bytes", maxCreateBody)
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
+	var req struct {
+		Env map[string]any `json:"env"`
+	}
+	if len(body) == 0 || json.Unmarshal(body, &req) != nil {
+		return false, nil // the handler here explains what is wrong with it
+	}
+	ref, _ := req.Env["KERNEL_FORKBOX_SANDBOX"].(string)
+	if ref == "" {
+		return false, nil
+	}
+	return n.RouteSandbox(w, r, ref)
 }
 
 // roomFor returns a node up with room for suspended sandbox sb's memory

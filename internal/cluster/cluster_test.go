@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base32"
 	"encoding/json"
 	"errors"
 	"io"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/forkbox/forkbox/api"
 	"github.com/forkbox/forkbox/internal/errdefs"
+	"github.com/forkbox/forkbox/internal/jupyter/kernelid"
 	"github.com/forkbox/forkbox/internal/store"
 )
 
@@ -1282,5 +1284,56 @@ func TestNodesList(t *testing.T) {
 	if g.Address != "http://c" || g.CPUs != 4 || g.MemoryBytes != 8<<30 || g.MemoryReservedBytes != 1<<30 || g.DiskBytes != 100 ||
 		g.DiskFreeBytes != 50 || g.Running != 2 || !g.StartedAt.Equal(c.StartedAt) || !g.HeartbeatAt.Equal(c.HeartbeatAt) {
 		t.Fatalf("c = %+v", g)
+	}
+}
+
+// A Jupyter kernel's id names its sandbox: calls about it go to that
+// sandbox's node, and so does a kernel start in an existing sandbox.
+func TestRouteJupyterKernels(t *testing.T) {
+	b32 := base32.StdEncoding.WithPadding(base32.NoPadding)
+	onB := "sbx_" + strings.ToLower(b32.EncodeToString([]byte("kernel-on-b!")))
+	onA := "sbx_" + strings.ToLower(b32.EncodeToString([]byte("kernel-on-a!")))
+	st := newFakeStore()
+	own := newOwner(t, nil)
+	st.putNode(upNode("b", own.URL, 0, 0))
+	st.putSandbox(store.Sandbox{ID: onB, State: api.StateRunning, Node: "b"})
+	st.putSandbox(store.Sandbox{ID: onA, State: api.StateRunning, Node: "a"})
+	n := newTestNode(t, "a", "http://a.invalid", st, &fakeManager{id: "a"}, "")
+	kernel := func(sb string, ctx uint32) string {
+		id, err := kernelid.Format(sb, ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return "/jupyter/api/kernels/" + id
+	}
+	startInB := `{"name":"python3","env":{"KERNEL_FORKBOX_SANDBOX":"` + onB + `"}}`
+	for _, tc := range []struct {
+		method, target, body string
+		forwarded            bool
+	}{
+		{http.MethodGet, kernel(onB, 0), "", true},
+		{http.MethodDelete, kernel(onB, 7), "", true},
+		{http.MethodPost, kernel(onB, 7) + "/interrupt", "", true},
+		{http.MethodGet, kernel(onB, 0) + "/channels", "", true},
+		{http.MethodGet, kernel(onA, 0), "", false},
+		{http.MethodGet, "/jupyter/api/kernels/not-a-kernel-id", "", false},
+		{http.MethodPost, "/jupyter/api/kernels", startInB, true},
+		{http.MethodPost, "/jupyter/api/kernels", `{"name":"python3"}`, false},
+		{http.MethodPost, "/jupyter/api/kernels", `{"env":{"KERNEL_FORKBOX_SANDBOX":"` + onA + `"}}`, false},
+		{http.MethodPost, "/jupyter/api/kernels", `not json`, false},
+		{http.MethodGet, "/jupyter/api/kernels", "", false},
+		{http.MethodGet, "/jupyter/api/sessions", "", false},
+	} {
+		before := len(own.seen())
+		_, handled, err := route(n, tc.method, tc.target, strings.NewReader(tc.body), nil)
+		if err != nil || handled != tc.forwarded {
+			t.Fatalf("%s %s %s: handled %v err %v, want forwarded %v", tc.method, tc.target, tc.body, handled, err, tc.forwarded)
+		}
+		if tc.forwarded {
+			c := own.seen()[before]
+			if c.path != tc.target || string(c.body) != tc.body || c.fwd != "a" {
+				t.Fatalf("%s %s: owner saw %+v", tc.method, tc.target, c)
+			}
+		}
 	}
 }

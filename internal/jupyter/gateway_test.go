@@ -3,6 +3,7 @@ package jupyter
 import (
 	"bytes"
 	"context"
+	"encoding/base32"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -22,6 +23,9 @@ import (
 	"github.com/forkbox/forkbox/internal/store"
 	"github.com/forkbox/forkbox/internal/tenant"
 )
+
+// testB32 encodes sandbox ids as the daemon makes them.
+var testB32 = base32.StdEncoding.WithPadding(base32.NoPadding)
 
 // fakeSandboxes is an in-memory sandbox manager: sandboxes with tenants,
 // contexts, and per-context message logs the test feeds.
@@ -57,7 +61,7 @@ func (f *fakeSandboxes) Create(ctx context.Context, req *api.CreateSandboxReques
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.n++
-	id := "sbx_" + strings.ToLower(sandboxB32.EncodeToString([]byte(fmt.Sprintf("%012d", f.n))))
+	id := "sbx_" + strings.ToLower(testB32.EncodeToString([]byte(fmt.Sprintf("%012d", f.n))))
 	sb := &api.Sandbox{ID: id, Image: req.Image, State: api.StateRunning, Labels: req.Labels, CreatedAt: time.Now()}
 	f.sbs[id], f.owner[id] = sb, tenant.Of(ctx)
 	return sb, nil
@@ -257,7 +261,7 @@ func TestKernelIDs(t *testing.T) {
 	for _, kr := range []kernelRef{{sandbox: "sbx_aaaaaaaaaaaaaaaaaaaa"}, {sandbox: "sbx_7zq2m4k5x6v3c2b1n0a9", ctx: 0xdeadbeef}} {
 		if kr.sandbox == "sbx_7zq2m4k5x6v3c2b1n0a9" {
 			// Only base32 letters and 2-7 are sandbox ids.
-			kr.sandbox = "sbx_" + strings.ToLower(sandboxB32.EncodeToString([]byte("twelve bytes")))
+			kr.sandbox = "sbx_" + strings.ToLower(testB32.EncodeToString([]byte("twelve bytes")))
 		}
 		id, err := kr.id()
 		if err != nil {

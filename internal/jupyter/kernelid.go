@@ -1,26 +1,16 @@
 package jupyter
 
 import (
-	"encoding/base32"
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"strings"
 
 	"github.com/forkbox/forkbox/internal/errdefs"
+	"github.com/forkbox/forkbox/internal/jupyter/kernelid"
 )
 
-// A kernel id names a context in a sandbox and nothing else: it is the
-// sandbox id's 12 random bytes followed by 4 bytes naming the context, as a
-// UUID-shaped string (Jupyter's servers route only ids of five
-// dash-separated words). Context number 0 is the sandbox's default Python
-// context — the one forkbox's own /code, the analyst and a warm pool's
-// prestarted kernel use — and any other number n is the context "ctx_" +
-// 8 hex digits of n that the gateway created. So an id needs no table to
-// resolve: it survives daemon restarts, a fork's branch has ids of its own,
-// and whose it is follows from whose the sandbox is.
-
-var sandboxB32 = base32.StdEncoding.WithPadding(base32.NoPadding)
+// Kernel ids: see package kernelid.
 
 // kernelRef is what a kernel id names.
 type kernelRef struct {
@@ -37,37 +27,16 @@ func (k kernelRef) contextRef() string {
 }
 
 // id is the kernel id of k.
-func (k kernelRef) id() (string, error) {
-	raw, ok := strings.CutPrefix(k.sandbox, "sbx_")
-	if !ok {
-		return "", fmt.Errorf("sandbox id %q has no sbx_ prefix", k.sandbox)
-	}
-	b, err := sandboxB32.DecodeString(strings.ToUpper(raw))
-	if err != nil || len(b) != 12 {
-		return "", fmt.Errorf("sandbox id %q is not 12 base32 bytes", k.sandbox)
-	}
-	var all [16]byte
-	copy(all[:], b)
-	binary.BigEndian.PutUint32(all[12:], k.ctx)
-	h := hex.EncodeToString(all[:])
-	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:], nil
-}
+func (k kernelRef) id() (string, error) { return kernelid.Format(k.sandbox, k.ctx) }
 
 // parseKernelID reads a kernel id; anything else is a 404, as for a kernel
 // that does not exist.
 func parseKernelID(id string) (kernelRef, error) {
-	notFound := errdefs.NotFound("kernel %q not found", id)
-	if len(id) != 36 || id[8] != '-' || id[13] != '-' || id[18] != '-' || id[23] != '-' {
-		return kernelRef{}, notFound
+	sandbox, ctx, ok := kernelid.Parse(id)
+	if !ok {
+		return kernelRef{}, errdefs.NotFound("kernel %q not found", id)
 	}
-	b, err := hex.DecodeString(strings.ReplaceAll(id, "-", ""))
-	if err != nil || len(b) != 16 {
-		return kernelRef{}, notFound
-	}
-	return kernelRef{
-		sandbox: "sbx_" + strings.ToLower(sandboxB32.EncodeToString(b[:12])),
-		ctx:     binary.BigEndian.Uint32(b[12:]),
-	}, nil
+	return kernelRef{sandbox: sandbox, ctx: ctx}, nil
 }
 
 // parseContextRef reads a context id the gateway made ("ctx_" and 8 hex

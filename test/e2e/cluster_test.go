@@ -24,6 +24,7 @@ import (
 	"github.com/forkbox/forkbox/internal/blob"
 	"github.com/forkbox/forkbox/internal/blob/miniotest"
 	"github.com/forkbox/forkbox/internal/errdefs"
+	"github.com/forkbox/forkbox/internal/jupyter/kernelid"
 	"github.com/forkbox/forkbox/internal/store/pgtest"
 	"github.com/forkbox/forkbox/internal/testnet"
 )
@@ -318,6 +319,43 @@ func TestCluster(t *testing.T) {
 		}
 		if _, got, err := conn.Read(ctx); err != nil || string(got) != "echo: across" {
 			t.Fatalf("websocket echo through c: %q %v", got, err)
+		}
+	})
+
+	t.Run("a notebook's kernel through another node", func(t *testing.T) {
+		ctx := ctxT(t)
+		sb := newSandbox(t, b, api.CreateSandboxRequest{Node: "b"})
+		// The sandbox's default context as a Jupyter kernel, through C:
+		// the id names the sandbox, so C forwards the WebSocket to B.
+		kid, err := kernelid.Format(sb.ID, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hdr := http.Header{"Authorization": {"token " + clusterKey}}
+		nb := dialKernel(t, ctx, "ws://"+c.addr+"/jupyter/api/kernels/"+kid+"/channels", hdr, func() string { return b.logTail() })
+		if r := nb.execute(ctx, "y = 6 * 7\ny", nil); r.status != "ok" || r.text != "42" {
+			t.Fatalf("a cell through c: %+v", r)
+		}
+		// The same context through B's own API.
+		if got := runPy(t, b, sb.ID, "y + 1"); got != "43" {
+			t.Fatalf("y + 1 through b = %q", got)
+		}
+		// A new kernel in that sandbox, started through C, runs on B.
+		body := fmt.Sprintf(`{"name":"python3","env":{"KERNEL_FORKBOX_SANDBOX":%q}}`, sb.ID)
+		status, _, resp := rawRequest(t, c, "POST", "/jupyter/api/kernels", []byte(body), map[string]string{"Authorization": "token " + clusterKey})
+		if status != http.StatusCreated {
+			t.Fatalf("kernel start in b's sandbox through c: %d %s", status, resp)
+		}
+		var k struct {
+			ID string `json:"id"`
+		}
+		json.Unmarshal([]byte(resp), &k)
+		if got, ctxN, ok := kernelid.Parse(k.ID); !ok || got != sb.ID || ctxN == 0 {
+			t.Fatalf("the new kernel's id %q names %q context %d", k.ID, got, ctxN)
+		}
+		nb2 := dialKernel(t, ctx, "ws://"+c.addr+"/jupyter/api/kernels/"+k.ID+"/channels", hdr, func() string { return b.logTail() })
+		if r := nb2.execute(ctx, "'y' in dir()", nil); r.status != "ok" || r.text != "False" {
+			t.Fatalf("a new context sees the default one's variables: %+v", r)
 		}
 	})
 
