@@ -25,4 +25,6 @@ export { DEFAULT_URL, Transport, VERSION, type CallOptions, type ConnectionOptio
 export { buildRecipe, DEFAULT_BASE_IMAGE, Image, type BuildOptions, type Recipe, type RecipeStep } from "./image.js";
 export { Files, Sandbox, type CheckpointOptions, type CreateContextOptions, type FileData, type ForkedSandboxes, type ForkOptions, type RemoveOptions, type RunCodeOptions, type RunOptions, type SandboxCreateOptions, type SandboxListOptions, type WriteOptions, } from "./sandbox.js";
 export { readSSE, SSEParser, type SSEEvent } from "./sse.js";
+/** The API's JSON wire types (snake_case), generated from /v1/openapi.json. */
+export type * as wire from "./wire.js";
 export { CheckpointType, Execution, type BuildEvent, type CheckpointKind, type CodeContext, type CommandResult, type ExecutionError, type FileInfo, type ImageInfo, type Logs, type NetworkPolicy, type PoolInfo, type PortInfo, type Result, type SandboxInfo, type SandboxState, type Snapshot, type Usage, type WriteInfo, } from "./types.js";

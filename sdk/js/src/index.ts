@@ -59,6 +59,8 @@ export {
   type WriteOptions,
 } from "./sandbox.js";
 export { readSSE, SSEParser, type SSEEvent } from "./sse.js";
+/** The API's JSON wire types (snake_case), generated from /v1/openapi.json. */
+export type * as wire from "./wire.js";
 export {
   CheckpointType,
   Execution,
