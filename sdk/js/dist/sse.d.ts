@@ -1,14 +1,16 @@
 /**
  * A parser of server-sent events (text/event-stream), as the WHATWG HTML
- * standard defines it: lines end in LF, CRLF or a lone CR; the `data` lines of
- * one event are joined with LF; lines starting with `:` are comments; a blank
- * line dispatches the event; an event without data is not dispatched; a final
- * event without its blank line is discarded, so a cut connection never yields
- * half an event. The `id` and `retry` fields are accepted and ignored
- * (nothing reconnects).
+ * standard defines it: one leading byte order mark is ignored; lines end in
+ * LF, CRLF or a lone CR; the `data` lines of one event are joined with LF;
+ * lines starting with `:` are comments; a blank line dispatches the event; an
+ * event without data is not dispatched; a final event without its blank line
+ * is discarded, so a cut connection never yields half an event. The `id` and
+ * `retry` fields are accepted and ignored (nothing reconnects).
  *
  * The parser is incremental: feed it text in chunks of any size, split
- * anywhere (even between the CR and LF of one line end).
+ * anywhere (even between the CR and LF of one line end). The web UI's parser
+ * (web/static/sse.js) is the same algorithm, and its tests check that both
+ * give the same events for the same streams.
  *
  * @module
  */
@@ -21,7 +23,12 @@ export interface SSEEvent {
 }
 /** An incremental text/event-stream parser. */
 export declare class SSEParser {
-    private buf;
+    /** The line not yet ended, in the pieces it came in. */
+    private pending;
+    /** Whether that line ends with a CR (whose LF may come next). */
+    private cr;
+    /** Whether the stream's first character (a byte order mark?) was seen. */
+    private started;
     private name;
     private data;
     private hasData;

@@ -1,14 +1,16 @@
 /**
  * A parser of server-sent events (text/event-stream), as the WHATWG HTML
- * standard defines it: lines end in LF, CRLF or a lone CR; the `data` lines of
- * one event are joined with LF; lines starting with `:` are comments; a blank
- * line dispatches the event; an event without data is not dispatched; a final
- * event without its blank line is discarded, so a cut connection never yields
- * half an event. The `id` and `retry` fields are accepted and ignored
- * (nothing reconnects).
+ * standard defines it: one leading byte order mark is ignored; lines end in
+ * LF, CRLF or a lone CR; the `data` lines of one event are joined with LF;
+ * lines starting with `:` are comments; a blank line dispatches the event; an
+ * event without data is not dispatched; a final event without its blank line
+ * is discarded, so a cut connection never yields half an event. The `id` and
+ * `retry` fields are accepted and ignored (nothing reconnects).
  *
  * The parser is incremental: feed it text in chunks of any size, split
- * anywhere (even between the CR and LF of one line end).
+ * anywhere (even between the CR and LF of one line end). The web UI's parser
+ * (web/static/sse.js) is the same algorithm, and its tests check that both
+ * give the same events for the same streams.
  *
  * @module
  */
@@ -23,14 +25,31 @@ export interface SSEEvent {
 
 /** An incremental text/event-stream parser. */
 export class SSEParser {
-  private buf = "";
+  /** The line not yet ended, in the pieces it came in. */
+  private pending: string[] = [];
+  /** Whether that line ends with a CR (whose LF may come next). */
+  private cr = false;
+  /** Whether the stream's first character (a byte order mark?) was seen. */
+  private started = false;
   private name = "";
   private data: string[] = [];
   private hasData = false;
 
   /** Feeds a chunk of text and returns the events it completed. */
   push(chunk: string): SSEEvent[] {
-    this.buf += chunk;
+    if (!this.started && chunk !== "") {
+      this.started = true;
+      if (chunk.charCodeAt(0) === 0xfeff) chunk = chunk.slice(1);
+    }
+    // A chunk without a line end only adds to the line being read: it is
+    // kept as it came and joined once the line ends, so a long line (a
+    // chart's base64) that arrives in many chunks costs its length once, not
+    // once per chunk.
+    if (!this.cr && lineEnd(chunk, 0) < 0) {
+      if (chunk !== "") this.pending.push(chunk);
+      return [];
+    }
+    this.pending.push(chunk);
     return this.drain(false);
   }
 
@@ -40,6 +59,9 @@ export class SSEParser {
    */
   end(): SSEEvent[] {
     const out = this.drain(true);
+    this.pending = [];
+    this.cr = false;
+    this.started = false;
     this.name = "";
     this.data = [];
     this.hasData = false;
@@ -48,20 +70,19 @@ export class SSEParser {
 
   private drain(atEOF: boolean): SSEEvent[] {
     const out: SSEEvent[] = [];
+    const buf = this.pending.join("");
     let start = 0;
-    const buf = this.buf;
     for (;;) {
-      let i = start;
-      while (i < buf.length && buf[i] !== "\n" && buf[i] !== "\r") i++;
-      if (i >= buf.length) {
+      const i = lineEnd(buf, start);
+      if (i < 0) {
         // No line end: keep the partial line (at EOF it is dropped, as a
         // line without its end cannot complete an event).
         break;
       }
       let next = i + 1;
-      if (buf[i] === "\r") {
+      if (buf.charCodeAt(i) === 13) {
         if (i + 1 < buf.length) {
-          if (buf[i + 1] === "\n") next = i + 2;
+          if (buf.charCodeAt(i + 1) === 10) next = i + 2;
         } else if (!atEOF) {
           // A CR last: its LF may come in the next chunk.
           break;
@@ -71,17 +92,15 @@ export class SSEParser {
       if (ev) out.push(ev);
       start = next;
     }
-    this.buf = atEOF ? "" : buf.slice(start);
+    const rest = buf.slice(start);
+    this.pending = rest === "" ? [] : [rest];
+    this.cr = rest.charCodeAt(rest.length - 1) === 13;
     return out;
   }
 
   private line(line: string): SSEEvent | undefined {
     if (line === "") {
-      if (!this.hasData) {
-        this.name = "";
-        return undefined;
-      }
-      const ev = { event: this.name || "message", data: this.data.join("\n") };
+      const ev = this.hasData ? { event: this.name || "message", data: this.data.join("\n") } : undefined;
       this.name = "";
       this.data = [];
       this.hasData = false;
@@ -106,6 +125,15 @@ export class SSEParser {
   }
 }
 
+/** The index of the first CR or LF in s at or after from, or -1. */
+function lineEnd(s: string, from: number): number {
+  for (let i = from; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c === 10 || c === 13) return i;
+  }
+  return -1;
+}
+
 /**
  * Reads the events of a text/event-stream body as they arrive. UTF-8 is
  * decoded across chunk boundaries. The generator ends when the body ends;
@@ -113,7 +141,8 @@ export class SSEParser {
  */
 export async function* readSSE(body: ReadableStream<Uint8Array>): AsyncGenerator<SSEEvent, void, undefined> {
   const parser = new SSEParser();
-  const decoder = new TextDecoder("utf-8");
+  // The parser drops the byte order mark itself, so the decoder keeps it.
+  const decoder = new TextDecoder("utf-8", { ignoreBOM: true });
   const reader = body.getReader();
   let done = false;
   try {

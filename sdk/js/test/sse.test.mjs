@@ -1,6 +1,8 @@
 // Unit tests of the event-stream parser: events split anywhere across
 // chunks, every line-end style, comments, multi-line data, UTF-8 split
-// between chunks, and a cut stream.
+// between chunks, and a cut stream. The web UI's tests
+// (web/test/sse.test.js) also feed this parser and the UI's the same
+// streams and want the same events.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { SSEParser, readSSE } from "../dist/index.js";
@@ -63,6 +65,25 @@ test("SSEParser: a final event without its blank line is dropped", () => {
   const q = new SSEParser();
   assert.deepEqual(q.push("event: done\ndata: {}\n\nevent: x\ndata: half"), [{ event: "done", data: "{}" }]);
   assert.deepEqual(q.end(), []);
+});
+
+test("SSEParser: one leading byte order mark is dropped, by the parser itself", () => {
+  const p = new SSEParser();
+  assert.deepEqual(p.push(""), []);
+  assert.deepEqual(p.push("\uFEFFdata: x\n\n"), [{ event: "message", data: "x" }]);
+  const q = new SSEParser();
+  assert.deepEqual(q.push("\uFEFF\uFEFFdata: x\n\ndata: y\n\n"), [{ event: "message", data: "y" }]);
+});
+
+test("SSEParser: a long line in many small chunks", () => {
+  // A chart's base64 in one data line, arriving 1 KiB at a time.
+  const data = "x".repeat(1 << 20);
+  const text = `event: result\ndata: {"png":"${data}"}\n\n`;
+  const p = new SSEParser();
+  const out = [];
+  for (let i = 0; i < text.length; i += 1024) out.push(...p.push(text.slice(i, i + 1024)));
+  out.push(...p.end());
+  assert.deepEqual(out, [{ event: "result", data: `{"png":"${data}"}` }]);
 });
 
 test("SSEParser: field without colon, value without space, empty data", () => {
