@@ -2,6 +2,7 @@ package web
 
 import (
 	"io"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -90,16 +91,55 @@ func TestReferencedAssetsExist(t *testing.T) {
 	h := Handler()
 	body, _ := io.ReadAll(get(t, h, "GET", "/", nil).Body)
 	refs := regexp.MustCompile(`(?:src|href)="(/ui/[^"]+)"`).FindAllStringSubmatch(string(body), -1)
-	js, _ := io.ReadAll(get(t, h, "GET", "/ui/app.js", nil).Body)
-	for _, m := range regexp.MustCompile(`from '\./([^']+)'`).FindAllStringSubmatch(string(js), -1) {
-		refs = append(refs, []string{"", "/ui/" + m[1]})
+	modules := jsModules(t)
+	imports := regexp.MustCompile(`(?m)^(?:import|export)\b[^;]*?\bfrom '\./([^']+)'|\bimport\('\./([^']+)'\)`)
+	for _, m := range modules {
+		js, _ := io.ReadAll(get(t, h, "GET", "/ui/"+m, nil).Body)
+		for _, r := range imports.FindAllStringSubmatch(string(js), -1) {
+			refs = append(refs, []string{"", "/ui/" + r[1] + r[2]})
+		}
 	}
-	if len(refs) < 5 {
+	if len(refs) < 30 {
 		t.Fatalf("found only %d references", len(refs))
 	}
 	for _, r := range refs {
 		if res := get(t, h, "GET", r[1], nil); res.StatusCode != http.StatusOK {
 			t.Errorf("%s is referenced but GET answers %d", r[1], res.StatusCode)
+		}
+	}
+}
+
+// jsModules lists the UI's JavaScript modules (every .js file it embeds).
+func jsModules(t *testing.T) []string {
+	t.Helper()
+	root, err := fs.Sub(static, "static")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, err := fs.Glob(root, "*.js")
+	if err != nil || len(names) < 10 {
+		t.Fatalf("the UI's modules: %v %v", names, err)
+	}
+	return names
+}
+
+// Every module is served as JavaScript (a browser refuses to run a module
+// of another type), and index.html preloads every module app.js imports,
+// so that the browser fetches them at once instead of import by import.
+func TestModulesAreServedAndPreloaded(t *testing.T) {
+	h := Handler()
+	body, _ := io.ReadAll(get(t, h, "GET", "/", nil).Body)
+	index := string(body)
+	if !strings.Contains(index, `<script type="module" src="/ui/app.js"></script>`) {
+		t.Error("index.html does not load app.js as a module")
+	}
+	for _, m := range jsModules(t) {
+		res := get(t, h, "GET", "/ui/"+m, nil)
+		if ct := res.Header.Get("Content-Type"); res.StatusCode != http.StatusOK || ct != "text/javascript; charset=utf-8" {
+			t.Errorf("GET /ui/%s: %d %q", m, res.StatusCode, ct)
+		}
+		if m != "app.js" && !strings.Contains(index, `<link rel="modulepreload" href="/ui/`+m+`">`) {
+			t.Errorf("index.html does not preload %s", m)
 		}
 	}
 }

@@ -1,6 +1,8 @@
 // The daemon's HTTP API as the UI uses it: JSON calls, multipart upload and
 // Server-Sent Events over fetch (EventSource cannot POST).
 
+import { readSSE } from './sse.js';
+
 const KEY_STORAGE = 'forkbox.apiKey';
 
 let apiKey = '';
@@ -92,7 +94,9 @@ export async function upload(file, conversationId) {
 /**
  * stream POSTs body as JSON asking for text/event-stream and calls
  * onEvent(name, data) for each event as it arrives (data decoded from JSON
- * when it is JSON). A refused call throws ApiError before any event; a
+ * when it is JSON). A stream cut in the middle of an event does not pass
+ * that half event on: the caller sees the stream end without its last
+ * event. A refused call throws ApiError before any event; a
  * server that answers with JSON instead of a stream has it passed as one
  * event named "json". raw sends body as it is, with contentType.
  */
@@ -108,22 +112,7 @@ export async function stream(path, body, onEvent, { signal, raw = false, content
     onEvent('json', text ? JSON.parse(text) : null);
     return;
   }
-  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
-  let buf = '';
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) break;
-    buf += value;
-    // Events are separated by a blank line (LF or CRLF).
-    for (;;) {
-      const m = /\r?\n\r?\n/.exec(buf);
-      if (!m) break;
-      const block = buf.slice(0, m.index);
-      buf = buf.slice(m.index + m[0].length);
-      dispatch(block, onEvent);
-    }
-  }
-  if (buf.trim()) dispatch(buf, onEvent);
+  for await (const ev of readSSE(res.body)) onEvent(ev.event, decodeData(ev.data));
 }
 
 /** fetchBlob GETs path (with the API key) and returns the body and the file name the server suggests. */
@@ -156,23 +145,11 @@ export async function health() {
   }
 }
 
-function dispatch(block, onEvent) {
-  let name = 'message';
-  const data = [];
-  for (const line of block.split(/\r?\n/)) {
-    if (!line || line.startsWith(':')) continue;
-    const i = line.indexOf(':');
-    const field = i < 0 ? line : line.slice(0, i);
-    let value = i < 0 ? '' : line.slice(i + 1);
-    if (value.startsWith(' ')) value = value.slice(1);
-    if (field === 'event') name = value;
-    else if (field === 'data') data.push(value);
-  }
-  if (!data.length && name === 'message') return;
-  const raw = data.join('\n');
-  let parsed = raw;
-  try { parsed = raw ? JSON.parse(raw) : null; } catch { /* plain text data */ }
-  onEvent(name, parsed);
+// decodeData decodes an event's data from JSON; data that is not JSON is
+// passed as it is, and empty data as null.
+function decodeData(raw) {
+  if (!raw) return null;
+  try { return JSON.parse(raw); } catch { return raw; }
 }
 
 // The endpoints the UI calls.

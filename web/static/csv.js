@@ -26,9 +26,14 @@ export function parseCSV(text, { delimiter = sniffDelimiter(text), maxRows = Inf
   let field = '';
   let quoted = false;
   let i = 0;
-  let ended = false; // the last row was ended by a newline
   while (i < s.length && rows.length < maxRows) {
     const c = s[i];
+    if (!quoted && (c === '\r' || c === '\n')) {
+      row.push(field); field = '';
+      rows.push(row); row = [];
+      i += c === '\r' && s[i + 1] === '\n' ? 2 : 1;
+      continue;
+    }
     if (quoted) {
       if (c === '"') {
         if (s[i + 1] === '"') { field += '"'; i += 2; continue; }
@@ -38,17 +43,12 @@ export function parseCSV(text, { delimiter = sniffDelimiter(text), maxRows = Inf
     }
     if (c === '"' && field === '') { quoted = true; i++; continue; }
     if (c === delimiter) { row.push(field); field = ''; i++; continue; }
-    if (c === '\r' || c === '\n') {
-      row.push(field); field = '';
-      rows.push(row); row = [];
-      i += c === '\r' && s[i + 1] === '\n' ? 2 : 1;
-      ended = true;
-      continue;
-    }
-    ended = false;
     field += c; i++;
   }
-  if (rows.length < maxRows && (field !== '' || row.length) && (complete || ended)) {
+  // What follows the last line end is a last line without its end: a whole
+  // one when the text is the whole file, else possibly cut (a quoted field
+  // or a row half read), so dropped.
+  if (rows.length < maxRows && (field !== '' || row.length) && complete) {
     row.push(field);
     rows.push(row);
   }

@@ -99,7 +99,7 @@ export function forkLabels(root, home) {
  * is one row, children below their parent and indented, so the tree grows
  * down, never sideways; deep trees indent less.
  */
-function layout(root, width) {
+export function layout(root, width) {
   const rows = [];
   let depthMax = 0;
   const walk = (n, depth) => {

@@ -14,21 +14,22 @@ export function escapeHTML(s) {
 }
 
 function inline(text) {
-  // Pull code spans out first so nothing inside them is formatted.
-  const codes = [];
-  let s = text.replace(/`([^`\n]+)`/g, (_, c) => {
-    codes.push(c);
-    return `\u0000${codes.length - 1}\u0000`;
-  });
+  // Code spans and links' tags are set aside first, as placeholders (NUL,
+  // index, NUL), and put back last, so that nothing inside them is
+  // formatted: a * or _ in a URL must not become <em> in its href. A NUL
+  // the text holds itself cannot fake a placeholder.
+  const held = [];
+  const hold = (html) => `\u0000${held.push(html) - 1}\u0000`;
+  let s = String(text).replace(/\u0000/g, '\uFFFD');
+  s = s.replace(/`([^`\n]+)`/g, (_, c) => hold(`<code>${escapeHTML(c)}</code>`));
   s = escapeHTML(s);
-  s = s.replace(/\[([^\]\n]+)\]\((https?:\/\/[^\s)]+)\)/g,
-    (_, label, url) => `<a href="${url}" target="_blank" rel="noopener noreferrer">${label}</a>`);
+  s = s.replace(/\[([^\]\n]+)\]\((https?:\/\/[^\s)\u0000]+)\)/g,
+    (_, label, url) => `${hold(`<a href="${url}" target="_blank" rel="noopener noreferrer">`)}${label}${hold('</a>')}`);
   s = s.replace(/\*\*([^*\n]+)\*\*/g, '<strong>$1</strong>');
   s = s.replace(/__([^_\n]+)__/g, '<strong>$1</strong>');
   s = s.replace(/(^|[^*\w])\*([^*\s][^*\n]*?)\*(?!\w)/g, '$1<em>$2</em>');
   s = s.replace(/(^|[^_\w])_([^_\s][^_\n]*?)_(?!\w)/g, '$1<em>$2</em>');
-  s = s.replace(/\u0000(\d+)\u0000/g, (_, i) => `<code>${escapeHTML(codes[Number(i)])}</code>`);
-  return s;
+  return s.replace(/\u0000(\d+)\u0000/g, (_, i) => held[Number(i)]);
 }
 
 const isTableRow = (l) => /^\s*\|.*\|\s*$/.test(l);
