@@ -8,6 +8,8 @@ import (
 
 	"github.com/forkbox/forkbox/api"
 	"github.com/forkbox/forkbox/internal/store"
+	"github.com/forkbox/forkbox/internal/store/storetest"
+	"github.com/google/go-cmp/cmp"
 )
 
 // Keys, quotas and audit entries survive a reopen (storetest.RunAccess holds
@@ -27,18 +29,27 @@ func TestSQLiteAccessDurable(t *testing.T) {
 	if err := s.SetQuotas(ctx, "acme", api.Quotas{RunningSandboxes: &two}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.AppendAudit(ctx, []store.AuditEntry{{At: now, Tenant: "acme", Action: "GET /v1/sandboxes", Status: 200}}); err != nil {
+	audit := []store.AuditEntry{{At: now, Tenant: "acme", Action: "GET /v1/sandboxes", Status: 200}}
+	if err := s.AppendAudit(ctx, audit); err != nil { // it assigns audit[0].ID
 		t.Fatal(err)
 	}
 	s.Close()
 	s = openClosing(t, path)
-	if got, err := s.KeyByHash(ctx, "h1"); err != nil || got.RevokedAt == nil || !got.RevokedAt.Equal(now.Add(time.Minute)) {
-		t.Fatalf("key after reopen: %+v, %v", got, err)
+	revoked := now.Add(time.Minute)
+	wantKey := &store.Key{ID: "key_1", Hash: "h1", Tenant: "acme", Role: api.RoleUser, CreatedAt: now, RevokedAt: &revoked}
+	if got, err := s.KeyByHash(ctx, "h1"); err != nil {
+		t.Fatalf("key after reopen: %v", err)
+	} else if d := cmp.Diff(wantKey, got, storetest.RecordOptions); d != "" {
+		t.Fatalf("key after reopen (-want +got):\n%s", d)
 	}
-	if q, err := s.Quotas(ctx, "acme"); err != nil || q.RunningSandboxes == nil || *q.RunningSandboxes != 2 {
-		t.Fatalf("quotas after reopen: %+v, %v", q, err)
+	if q, err := s.Quotas(ctx, "acme"); err != nil {
+		t.Fatalf("quotas after reopen: %v", err)
+	} else if d := cmp.Diff(api.Quotas{RunningSandboxes: &two}, q); d != "" {
+		t.Fatalf("quotas after reopen (-want +got):\n%s", d)
 	}
-	if l, err := s.ListAudit(ctx, store.AuditFilter{}); err != nil || len(l) != 1 {
-		t.Fatalf("audit after reopen: %+v, %v", l, err)
+	if l, err := s.ListAudit(ctx, store.AuditFilter{}); err != nil {
+		t.Fatalf("audit after reopen: %v", err)
+	} else if d := cmp.Diff(audit, l, storetest.RecordOptions); d != "" {
+		t.Fatalf("audit after reopen (-want +got):\n%s", d)
 	}
 }

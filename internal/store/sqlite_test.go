@@ -22,6 +22,8 @@ import (
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/store"
 	"github.com/forkbox/forkbox/internal/store/storetest"
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
 func TestSQLiteConformance(t *testing.T) {
@@ -75,11 +77,17 @@ func TestSQLiteConversationsReopenAndUpgrade(t *testing.T) {
 	if v, err := s.SchemaVersion(ctx); err != nil || v != store.NumMigrations {
 		t.Fatalf("after upgrade SchemaVersion = %d, %v; want %d", v, err, store.NumMigrations)
 	}
-	if sb, err := s.Get(ctx, testSandbox(1).ID); err != nil || sb.Tenant != "default" {
-		t.Fatalf("sandbox lost in the upgrade, or not the default tenant's: %v, %v", sb, err)
+	// testSandbox's Tenant is the default one, which the upgrade gives it.
+	if sb, err := s.Get(ctx, testSandbox(1).ID); err != nil {
+		t.Fatalf("sandbox lost in the upgrade: %v", err)
+	} else if d := storetest.Diff(testSandbox(1), sb); d != "" {
+		t.Fatalf("sandbox after the upgrade differs:%s", d)
 	}
-	if ps, err := s.ListPools(ctx); err != nil || len(ps) != 1 || ps[0].Name != "py" || ps[0].Tenant != "default" {
-		t.Fatalf("pool lost in the upgrade: %v, %v", ps, err)
+	wantPools := []*store.Pool{{Tenant: api.DefaultTenant, Name: "py", Size: 2, CreatedAt: time.Unix(0, 1)}}
+	if ps, err := s.ListPools(ctx); err != nil {
+		t.Fatalf("ListPools after the upgrade: %v", err)
+	} else if d := cmp.Diff(wantPools, ps, storetest.RecordOptions); d != "" {
+		t.Fatalf("pools after the upgrade differ (-want +got):\n%s", d)
 	}
 	created := time.Date(2026, 3, 4, 5, 6, 7, 8, time.UTC)
 	conv := &store.Conversation{ID: "conv_1", Title: "sales", SandboxID: "sbx_1", SandboxName: "conv-conv_1", Model: "m",
@@ -104,21 +112,28 @@ func TestSQLiteConversationsReopenAndUpgrade(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conv.UpdatedAt = turn.CreatedAt
-	if d := storetest.ConversationDiff(conv, gotConv); d != "" {
-		t.Errorf("conversation after reopen:%s", d)
+	wantConv := store.Conversation{ID: "conv_1", Tenant: api.DefaultTenant, Title: "sales", SandboxID: "sbx_1", SandboxName: "conv-conv_1",
+		Model: "m", CreatedAt: created, UpdatedAt: turn.CreatedAt}
+	if d := cmp.Diff(&wantConv, gotConv, storetest.RecordOptions); d != "" {
+		t.Errorf("conversation after reopen (-want +got):\n%s", d)
 	}
 	turns, err := s.ListTurns(ctx, "conv_1")
-	if err != nil || len(turns) != 1 || turns[0].Seq != 1 || string(turns[0].Turn) != string(turn.Turn) ||
-		string(turns[0].Messages) != string(turn.Messages) || !turns[0].CreatedAt.Equal(turn.CreatedAt) {
-		t.Errorf("turns after reopen: %+v, %v", turns, err)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantTurn := store.Turn{ConversationID: "conv_1", Seq: 1, Turn: json.RawMessage(`{"question":"q","answer":"42"}`),
+		Messages: json.RawMessage(`[{"role":"user"}]`), CreatedAt: created.Add(time.Second)}
+	if d := cmp.Diff([]*store.Turn{&wantTurn}, turns, storetest.RecordOptions); d != "" {
+		t.Errorf("turns after reopen (-want +got):\n%s", d)
 	}
 	gotUp, err := s.GetUpload(ctx, "file_1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := storetest.UploadDiff(up, gotUp); d != "" {
-		t.Errorf("upload after reopen:%s", d)
+	wantUp := store.Upload{ID: "file_1", Tenant: api.DefaultTenant, Name: "sales.csv", SizeBytes: 10, SHA256: "ab", Columns: []string{"a", "b"},
+		Rows: 3, ConversationID: "conv_1", CreatedAt: created}
+	if d := cmp.Diff(&wantUp, gotUp, storetest.RecordOptions); d != "" {
+		t.Errorf("upload after reopen (-want +got):\n%s", d)
 	}
 }
 
@@ -192,17 +207,8 @@ func compareSnapshots(t *testing.T, want, got snapshot) {
 			t.Errorf("sandbox %d (%s) differs:%s", i, want.sandboxes[i].ID, d)
 		}
 	}
-	for id, wev := range want.events {
-		gev := got.events[id]
-		if len(wev) != len(gev) {
-			t.Errorf("%s: %d events, want %d", id, len(gev), len(wev))
-			continue
-		}
-		for i := range wev {
-			if wev[i] != gev[i] {
-				t.Errorf("%s: event %d = %+v, want %+v", id, i, gev[i], wev[i])
-			}
-		}
+	if d := cmp.Diff(want.events, got.events, storetest.RecordOptions); d != "" {
+		t.Errorf("events differ (-want +got):\n%s", d)
 	}
 }
 
@@ -607,8 +613,17 @@ func TestSQLiteSurvivesSIGKILL(t *testing.T) {
 			t.Errorf("%s differs:%s", want.ID, d)
 		}
 		ev, err := s.Events(ctx, want.ID)
-		if err != nil || len(ev) != 2 || ev[1].To != api.StateRunning {
-			t.Errorf("Events(%s) = %+v, %v; want creating, running", want.ID, ev, err)
+		if err != nil {
+			t.Errorf("Events(%s): %v", want.ID, err)
+			continue
+		}
+		wantEv := []store.Event{
+			{SandboxID: want.ID, From: "", To: api.StateCreating, Reason: "requested"},
+			{SandboxID: want.ID, From: api.StateCreating, To: api.StateRunning, Reason: "started"},
+		}
+		// ID and At are the store's to assign: only the changes are known.
+		if d := cmp.Diff(wantEv, ev, storetest.RecordOptions, cmpopts.IgnoreFields(store.Event{}, "ID", "At")); d != "" {
+			t.Errorf("Events(%s) differ (-want +got):\n%s", want.ID, d)
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/store"
 	"github.com/forkbox/forkbox/internal/tenant"
+	"github.com/google/go-cmp/cmp"
 )
 
 // RunAccess runs the conformance suite of store.AccessStore. newStore must
@@ -36,6 +37,7 @@ func testKeys(t *testing.T, s store.AccessStore) {
 	now := time.Date(2026, 12, 1, 2, 3, 4, 5, time.UTC)
 	exp := now.Add(time.Hour)
 	k := &store.Key{ID: "key_1", Hash: "h1", Tenant: "acme", Role: api.RoleUser, Name: "ci", CreatedAt: now, ExpiresAt: &exp}
+	want1 := *k
 	if err := s.CreateKey(ctx, k); err != nil {
 		t.Fatal(err)
 	}
@@ -45,42 +47,63 @@ func testKeys(t *testing.T, s store.AccessStore) {
 	if err := s.CreateKey(ctx, &store.Key{ID: "key_1", Hash: "h9", Tenant: "b", Role: api.RoleUser, CreatedAt: now}); !errors.Is(err, errdefs.ErrConflict) {
 		t.Fatalf("duplicate id: %v", err)
 	}
+	want2 := store.Key{ID: "key_2", Hash: "h2", Tenant: "beta", Role: api.RoleAdmin, CreatedAt: now}
 	if err := s.CreateKey(ctx, &store.Key{ID: "key_2", Hash: "h2", Tenant: "beta", Role: api.RoleAdmin, CreatedAt: now}); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.KeyByHash(ctx, "h1")
-	if err != nil || got.ID != "key_1" || got.Tenant != "acme" || got.Name != "ci" || !got.ExpiresAt.Equal(exp) || got.RevokedAt != nil {
-		t.Fatalf("KeyByHash = %+v, %v", got, err)
+	if err != nil {
+		t.Fatalf("KeyByHash: %v", err)
 	}
-	if got.CreatedAt != now || got.ExpiresAt.Location() != time.UTC {
-		t.Errorf("KeyByHash times = %v, %v; want %v and UTC", got.CreatedAt, got.ExpiresAt, now)
+	if d := recordDiff(&want1, got); d != "" {
+		t.Fatalf("KeyByHash differs:%s", d)
+	}
+	if got.CreatedAt.Location() != time.UTC || got.ExpiresAt.Location() != time.UTC {
+		t.Errorf("KeyByHash times = %v, %v; want UTC", got.CreatedAt, got.ExpiresAt)
 	}
 	if _, err := s.KeyByHash(ctx, "nope"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("unknown hash: %v", err)
 	}
-	if l, err := s.ListKeys(ctx, "acme"); err != nil || len(l) != 1 || l[0].ID != "key_1" {
-		t.Fatalf("ListKeys(acme) = %v, %v", l, err)
+	if l, err := s.ListKeys(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	} else if d := recordDiff([]*store.Key{&want1}, l); d != "" {
+		t.Fatalf("ListKeys(acme) differs:%s", d)
 	}
-	if l, err := s.ListKeys(ctx, ""); err != nil || len(l) != 2 || l[0].ID != "key_1" {
-		t.Fatalf("ListKeys() = %v, %v", l, err)
+	if l, err := s.ListKeys(ctx, ""); err != nil {
+		t.Fatal(err)
+	} else if d := recordDiff([]*store.Key{&want1, &want2}, l); d != "" {
+		t.Fatalf("ListKeys() differs:%s", d)
 	}
-	rk, err := s.RevokeKey(ctx, "key_1", now.Add(time.Minute))
-	if err != nil || rk.RevokedAt == nil || !rk.RevokedAt.Equal(now.Add(time.Minute)) || rk.ID != "key_1" || rk.Hash != "h1" {
-		t.Fatalf("RevokeKey = %+v, %v", rk, err)
+	revoked := want1
+	revokedAt := now.Add(time.Minute)
+	revoked.RevokedAt = &revokedAt
+	mustBeFull(t, "the revoked key", &revoked)
+	rk, err := s.RevokeKey(ctx, "key_1", revokedAt)
+	if err != nil {
+		t.Fatalf("RevokeKey: %v", err)
+	}
+	if d := recordDiff(&revoked, rk); d != "" {
+		t.Fatalf("RevokeKey result differs:%s", d)
 	}
 	// A second revoke keeps the first time.
-	if rk, err = s.RevokeKey(ctx, "key_1", now.Add(time.Hour)); err != nil || !rk.RevokedAt.Equal(now.Add(time.Minute)) {
-		t.Fatalf("second RevokeKey = %+v, %v", rk, err)
+	if rk, err = s.RevokeKey(ctx, "key_1", now.Add(time.Hour)); err != nil {
+		t.Fatalf("second RevokeKey: %v", err)
+	} else if d := recordDiff(&revoked, rk); d != "" {
+		t.Fatalf("second RevokeKey result differs:%s", d)
 	}
 	if _, err := s.RevokeKey(ctx, "key_x", now); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("revoke unknown: %v", err)
 	}
-	if got, err := s.KeyByHash(ctx, "h1"); err != nil || got.RevokedAt == nil {
-		t.Fatalf("KeyByHash after revoke: %+v, %v", got, err)
+	if got, err := s.KeyByHash(ctx, "h1"); err != nil {
+		t.Fatalf("KeyByHash after revoke: %v", err)
+	} else if d := recordDiff(&revoked, got); d != "" {
+		t.Fatalf("KeyByHash after revoke differs:%s", d)
 	}
 	// Not scoped by the context's tenant.
-	if got, err := s.KeyByHash(asTenant("other"), "h2"); err != nil || got.ID != "key_2" {
-		t.Fatalf("KeyByHash from another tenant's context: %+v, %v", got, err)
+	if got, err := s.KeyByHash(asTenant("other"), "h2"); err != nil {
+		t.Fatalf("KeyByHash from another tenant's context: %v", err)
+	} else if d := recordDiff(&want2, got); d != "" {
+		t.Fatalf("KeyByHash from another tenant's context differs:%s", d)
 	}
 }
 
@@ -97,13 +120,28 @@ func testQuotasAndTenants(t *testing.T, s store.AccessStore) {
 		t.Fatal(err)
 	}
 	q, err := s.Quotas(ctx, "acme")
-	if err != nil || q.RunningSandboxes == nil || *q.RunningSandboxes != 2 || *q.CPUs != 0.5 || q.MemoryMB != nil {
-		t.Fatalf("Quotas = %+v, %v", q, err)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(api.Quotas{RunningSandboxes: &two, CPUs: &half}, q); d != "" {
+		t.Fatalf("Quotas differ (-want +got):\n%s", d)
+	}
+	// Every quota, zeros included, round-trips.
+	zero, mem, snapBytes := int64(0), int64(4096), int64(1<<40)
+	all := api.Quotas{RunningSandboxes: &zero, MemoryMB: &mem, CPUs: &half, SuspendedSandboxes: &two, SnapshotBytes: &snapBytes, ImageBytes: &zero}
+	mustBeFull(t, "the quotas", &all)
+	if err := s.SetQuotas(ctx, "acme", all); err != nil {
+		t.Fatal(err)
+	}
+	if q, err := s.Quotas(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	} else if d := cmp.Diff(all, q); d != "" {
+		t.Fatalf("all quotas differ (-want +got):\n%s", d)
 	}
 	if err := s.SetQuotas(ctx, "acme", api.Quotas{}); err != nil {
 		t.Fatal(err)
 	}
-	if q, _ := s.Quotas(ctx, "acme"); q.RunningSandboxes != nil {
+	if q, _ := s.Quotas(ctx, "acme"); q != (api.Quotas{}) {
 		t.Fatalf("quotas not replaced whole: %+v", q)
 	}
 	for _, k := range []*store.Key{
@@ -139,13 +177,11 @@ func testAudit(t *testing.T, s store.AccessStore) {
 		t.Fatalf("AppendAudit(nil): %v", err)
 	}
 	all, err := s.ListAudit(ctx, store.AuditFilter{})
-	if err != nil || len(all) != 3 || all[0].ID != in[2].ID || all[0].Via != "mcp" || !all[2].At.Equal(t0) {
-		t.Fatalf("ListAudit = %+v, %v", all, err)
+	if err != nil {
+		t.Fatalf("ListAudit: %v", err)
 	}
-	for i := range in {
-		if got := all[2-i]; got != in[i] {
-			t.Errorf("entry %d = %+v, want %+v", i, got, in[i])
-		}
+	if d := recordDiff([]store.AuditEntry{in[2], in[1], in[0]}, all); d != "" {
+		t.Errorf("ListAudit (newest first) differs:%s", d)
 	}
 	if l, _ := s.ListAudit(ctx, store.AuditFilter{Tenant: "acme"}); len(l) != 2 {
 		t.Fatalf("by tenant: %d", len(l))
@@ -186,32 +222,47 @@ func testCells(t *testing.T, s store.CellStore) {
 		return store.Cell{ID: id, Tenant: ten, SandboxID: sbx, Source: "user", Language: "python",
 			Code: "x = " + id, Execution: json.RawMessage(`{"execution_count":1}`)}
 	}
-	if err := s.AppendCells(ctx, []store.Cell{cell("c1", "sbx_a", "acme"), cell("c2", "sbx_b", "beta"), cell("c3", "sbx_a", "acme")}); err != nil {
+	// stored is c as ListCells must return it.
+	stored := func(c store.Cell, seq int, created time.Time) *store.Cell {
+		c.Seq, c.CreatedAt = seq, created
+		if c.Tenant == "" {
+			c.Tenant = api.DefaultTenant
+		}
+		return &c
+	}
+	c1, c2, c3, c4 := cell("c1", "sbx_a", "acme"), cell("c2", "sbx_b", "beta"), cell("c3", "sbx_a", "acme"), cell("c4", "sbx_a", "acme")
+	c1.CreatedAt, c2.CreatedAt, c3.CreatedAt = at(1), at(2), at(3) // c4's is stamped by AppendCells
+	mustBeFull(t, "the cell", stored(c1, 1, at(1)))
+	if err := s.AppendCells(ctx, []store.Cell{c1, c2, c3}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.AppendCells(ctx, []store.Cell{cell("c4", "sbx_a", "acme")}); err != nil {
+	before := time.Now()
+	if err := s.AppendCells(ctx, []store.Cell{c4}); err != nil {
 		t.Fatal(err)
 	}
+	after := time.Now()
 	acme := tenant.With(ctx, tenant.Principal{Tenant: "acme"})
 	got, err := s.ListCells(acme, "sbx_a")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ids []string
-	for i, c := range got {
-		ids = append(ids, c.ID)
-		if c.Seq != i+1 || c.Tenant != "acme" || c.Code != "x = "+c.ID || string(c.Execution) != `{"execution_count":1}` || c.CreatedAt.IsZero() {
-			t.Errorf("cell %d: %+v", i, c)
-		}
+	if len(got) != 3 {
+		t.Fatalf("cells of sbx_a: %d, want 3", len(got))
 	}
-	if fmt.Sprint(ids) != "[c1 c3 c4]" {
-		t.Fatalf("cells of sbx_a: %v, want [c1 c3 c4]", ids)
+	stamped := got[2].CreatedAt
+	if stamped.Before(before.Add(-time.Second)) || stamped.After(after.Add(time.Second)) {
+		t.Errorf("cell without a time stamped %v, want between %v and %v", stamped, before, after)
+	}
+	if d := recordDiff([]*store.Cell{stored(c1, 1, at(1)), stored(c3, 2, at(3)), stored(c4, 3, stamped)}, got); d != "" {
+		t.Fatalf("cells of sbx_a differ:%s", d)
 	}
 	if got, _ := s.ListCells(acme, "sbx_b"); len(got) != 0 {
 		t.Fatalf("acme sees beta's cells: %v", got)
 	}
-	if got, _ := s.ListCells(tenant.Unscoped(ctx), "sbx_b"); len(got) != 1 {
-		t.Fatalf("unscoped: %d cells of sbx_b, want 1", len(got))
+	if got, err := s.ListCells(tenant.Unscoped(ctx), "sbx_b"); err != nil {
+		t.Fatal(err)
+	} else if d := recordDiff([]*store.Cell{stored(c2, 1, at(2))}, got); d != "" {
+		t.Fatalf("unscoped, cells of sbx_b differ:%s", d)
 	}
 	// Times and the tenant default.
 	when := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
@@ -220,8 +271,12 @@ func testCells(t *testing.T, s store.CellStore) {
 	if err := s.AppendCells(ctx, []store.Cell{c}); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := s.ListCells(ctx, "sbx_t"); err != nil || len(got) != 1 || got[0].CreatedAt != when || got[0].Tenant != api.DefaultTenant {
-		t.Fatalf("cell with a time and no tenant: %+v, %v", got, err)
+	if got, err := s.ListCells(ctx, "sbx_t"); err != nil {
+		t.Fatal(err)
+	} else if d := recordDiff([]*store.Cell{stored(c, 1, when)}, got); d != "" {
+		t.Fatalf("cell with a time and no tenant differs:%s", d)
+	} else if got[0].CreatedAt.Location() != time.UTC {
+		t.Errorf("cell CreatedAt location = %v, want UTC", got[0].CreatedAt.Location())
 	}
 	bad := cell("c5", "sbx_a", "acme")
 	bad.Execution = json.RawMessage(`{`)

@@ -131,96 +131,21 @@ func mustUploads(t *testing.T, s store.ConversationStore, conv string) []string 
 	return out
 }
 
-// ConversationDiff describes how got differs from want, or returns "" when
-// they are the same record (times compare as instants).
-func ConversationDiff(want, got *store.Conversation) string {
-	if want == nil || got == nil {
-		if want == got {
-			return ""
-		}
-		return fmt.Sprintf("want %v, got %v", want, got)
-	}
-	w, g := *want, *got
-	var d string
-	if !w.CreatedAt.Equal(g.CreatedAt) {
-		d += fmt.Sprintf("\n\tCreatedAt: want %v, got %v", w.CreatedAt, g.CreatedAt)
-	}
-	if !w.UpdatedAt.Equal(g.UpdatedAt) {
-		d += fmt.Sprintf("\n\tUpdatedAt: want %v, got %v", w.UpdatedAt, g.UpdatedAt)
-	}
-	w.CreatedAt, w.UpdatedAt, g.CreatedAt, g.UpdatedAt = time.Time{}, time.Time{}, time.Time{}, time.Time{}
-	if w != g {
-		d += fmt.Sprintf("\n\twant %+v\n\tgot  %+v", w, g)
-	}
-	return d
-}
-
-// UploadDiff describes how got differs from want, or returns "" when they
-// are the same record (times compare as instants; nil and empty Columns are
-// the same).
-func UploadDiff(want, got *store.Upload) string {
-	if want == nil || got == nil {
-		if want == got {
-			return ""
-		}
-		return fmt.Sprintf("want %v, got %v", want, got)
-	}
-	w, g := *want, *got
-	var d string
-	if !w.CreatedAt.Equal(g.CreatedAt) {
-		d += fmt.Sprintf("\n\tCreatedAt: want %v, got %v", w.CreatedAt, g.CreatedAt)
-	}
-	if len(w.Columns) != 0 || len(g.Columns) != 0 {
-		if !reflect.DeepEqual(w.Columns, g.Columns) {
-			d += fmt.Sprintf("\n\tColumns: want %q, got %q", w.Columns, g.Columns)
-		}
-	}
-	w.CreatedAt, g.CreatedAt, w.Columns, g.Columns = time.Time{}, time.Time{}, nil, nil
-	if !reflect.DeepEqual(w, g) {
-		d += fmt.Sprintf("\n\twant %+v\n\tgot  %+v", w, g)
-	}
-	return d
-}
-
-// rawEqual compares stored JSON documents as values; empty equals empty only.
-func rawEqual(a, b json.RawMessage) bool {
-	if len(a) == 0 || len(b) == 0 {
-		return len(a) == len(b)
-	}
-	return jsonEqual(a, b)
-}
-
-func turnDiff(want, got *store.Turn) string {
-	var d string
-	if want.ConversationID != got.ConversationID || want.Seq != got.Seq {
-		d += fmt.Sprintf("\n\tturn: want %s#%d, got %s#%d", want.ConversationID, want.Seq, got.ConversationID, got.Seq)
-	}
-	if !rawEqual(want.Turn, got.Turn) {
-		d += fmt.Sprintf("\n\tTurn: want %s, got %s", want.Turn, got.Turn)
-	}
-	if !rawEqual(want.Messages, got.Messages) {
-		d += fmt.Sprintf("\n\tMessages: want %s, got %s", want.Messages, got.Messages)
-	}
-	if !want.CreatedAt.Equal(got.CreatedAt) {
-		d += fmt.Sprintf("\n\tCreatedAt: want %v, got %v", want.CreatedAt, got.CreatedAt)
-	}
-	return d
-}
-
 func isKind(err, kind error) bool { return err != nil && errors.Is(err, kind) }
 
 func testConvCreateGet(t *testing.T, s store.ConversationStore) {
 	c := newConversation("c1", at(1))
 	c.UpdatedAt = at(2)
+	mustBeFull(t, "the conversation", c)
 	want := *c
 	mustCreateConv(t, s, c)
-	if d := ConversationDiff(&want, mustGetConv(t, s, "c1")); d != "" {
+	if d := recordDiff(&want, mustGetConv(t, s, "c1")); d != "" {
 		t.Errorf("GetConversation differs:%s", d)
 	}
-	// Empty optional fields round-trip too.
-	bare := &store.Conversation{ID: "c2", CreatedAt: at(3), UpdatedAt: at(3)}
-	mustCreateConv(t, s, bare)
-	if d := ConversationDiff(bare, mustGetConv(t, s, "c2")); d != "" {
+	// Empty optional fields round-trip too; no tenant is the default one.
+	mustCreateConv(t, s, &store.Conversation{ID: "c2", CreatedAt: at(3), UpdatedAt: at(3)})
+	bare := &store.Conversation{ID: "c2", Tenant: api.DefaultTenant, CreatedAt: at(3), UpdatedAt: at(3)}
+	if d := recordDiff(bare, mustGetConv(t, s, "c2")); d != "" {
 		t.Errorf("bare conversation differs:%s", d)
 	}
 }
@@ -232,8 +157,8 @@ func testConvCreateDuplicate(t *testing.T, s store.ConversationStore) {
 	if err := s.CreateConversation(context.Background(), dup); !isKind(err, errdefs.ErrConflict) {
 		t.Fatalf("duplicate CreateConversation: err = %v, want conflict", err)
 	}
-	if got := mustGetConv(t, s, "c1"); got.Title != newConversation("c1", at(1)).Title {
-		t.Errorf("duplicate create changed the record: %+v", got)
+	if d := recordDiff(newConversation("c1", at(1)), mustGetConv(t, s, "c1")); d != "" {
+		t.Errorf("duplicate create changed the record:%s", d)
 	}
 }
 
@@ -274,8 +199,10 @@ func testConvList(t *testing.T, s store.ConversationStore) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := ConversationDiff(mustGetConv(t, s, "c4"), list[0]); d != "" {
-		t.Errorf("listed record differs from GetConversation:%s", d)
+	want := newConversation("c4", at(3))
+	want.UpdatedAt = at(30)
+	if d := recordDiff(want, list[0]); d != "" {
+		t.Errorf("listed record differs:%s", d)
 	}
 }
 
@@ -291,10 +218,10 @@ func testConvUpdate(t *testing.T, s store.ConversationStore) {
 	want := *upd
 	want.CreatedAt = at(1)          // kept
 	want.Tenant = api.DefaultTenant // kept too
-	if d := ConversationDiff(&want, mustGetConv(t, s, "c1")); d != "" {
+	if d := recordDiff(&want, mustGetConv(t, s, "c1")); d != "" {
 		t.Errorf("after update:%s", d)
 	}
-	if d := ConversationDiff(newConversation("c2", at(2)), mustGetConv(t, s, "c2")); d != "" {
+	if d := recordDiff(newConversation("c2", at(2)), mustGetConv(t, s, "c2")); d != "" {
 		t.Errorf("another conversation changed:%s", d)
 	}
 	// Fields can be cleared.
@@ -303,7 +230,7 @@ func testConvUpdate(t *testing.T, s store.ConversationStore) {
 		t.Fatal(err)
 	}
 	want = store.Conversation{ID: "c1", Tenant: api.DefaultTenant, CreatedAt: at(1), UpdatedAt: at(8)}
-	if d := ConversationDiff(&want, mustGetConv(t, s, "c1")); d != "" {
+	if d := recordDiff(&want, mustGetConv(t, s, "c1")); d != "" {
 		t.Errorf("after clearing update:%s", d)
 	}
 }
@@ -336,14 +263,9 @@ func testAppendTurn(t *testing.T, s store.ConversationStore) {
 			t.Errorf("c2 turn %d: Seq = %d, want %d", i, o.Seq, i)
 		}
 	}
-	got := mustTurns(t, s, "c1")
-	if len(got) != len(want) {
-		t.Fatalf("ListTurns = %d turns, want %d", len(got), len(want))
-	}
-	for i := range want {
-		if d := turnDiff(want[i], got[i]); d != "" {
-			t.Errorf("turn %d differs:%s", i+1, d)
-		}
+	mustBeFull(t, "the turn", want[0])
+	if d := recordDiff(want, mustTurns(t, s, "c1")); d != "" {
+		t.Errorf("ListTurns differs:%s", d)
 	}
 	// A turn without Messages (a failed question, say) keeps them empty; a
 	// zero CreatedAt is set to the time of the append.
@@ -358,15 +280,10 @@ func testAppendTurn(t *testing.T, s store.ConversationStore) {
 	if tr.CreatedAt.Before(before.Add(-time.Second)) || tr.CreatedAt.After(time.Now().Add(time.Second)) {
 		t.Errorf("zero CreatedAt became %v, want about now", tr.CreatedAt)
 	}
-	got = mustTurns(t, s, "c1")
-	if len(got) != 4 {
-		t.Fatalf("ListTurns = %d turns, want 4", len(got))
-	}
-	if d := turnDiff(tr, got[3]); d != "" {
-		t.Errorf("turn 4 differs:%s", d)
-	}
-	if len(got[3].Messages) != 0 {
-		t.Errorf("empty Messages came back as %q", got[3].Messages)
+	// Its empty Messages stay empty (RecordOptions: an empty document is
+	// only equal to an empty one).
+	if d := recordDiff(append(want, tr), mustTurns(t, s, "c1")); d != "" {
+		t.Errorf("ListTurns after a turn without messages differs:%s", d)
 	}
 	if turns := mustTurns(t, s, "nope"); len(turns) != 0 {
 		t.Errorf("ListTurns(unknown) = %d turns, want none", len(turns))
@@ -524,13 +441,13 @@ func testConvDelete(t *testing.T, s store.ConversationStore) {
 	if got := mustUploads(t, s, ""); !reflect.DeepEqual(got, []string{"file_0", "file_1", "file_2", "file_3"}) {
 		t.Errorf("all uploads after delete = %v", got)
 	}
-	for _, id := range []string{"file_0", "file_1"} {
+	for i, id := range []string{"file_0", "file_1"} {
 		u, err := s.GetUpload(ctx, id)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if u.ConversationID != "" {
-			t.Errorf("%s: ConversationID = %q after its conversation was deleted", id, u.ConversationID)
+		if d := recordDiff(newUpload(id, "", at(30+i)), u); d != "" {
+			t.Errorf("%s after its conversation was deleted:%s", id, d)
 		}
 	}
 	if got := mustUploads(t, s, "c2"); !reflect.DeepEqual(got, []string{"file_2"}) {
@@ -585,7 +502,14 @@ func testUploads(t *testing.T, s store.ConversationStore) {
 		{ID: "file_d", Name: "empty.csv", CreatedAt: at(13)}, // no columns, no rows
 	}
 	ups[1].Columns = []string{"a,b", "ü \"quoted\"", ""}
+	mustBeFull(t, "the upload", ups[0])
+	want := map[string]*store.Upload{}
 	for _, u := range ups {
+		w := *u
+		if w.Tenant == "" {
+			w.Tenant = api.DefaultTenant
+		}
+		want[u.ID] = &w
 		if err := s.CreateUpload(ctx, u); err != nil {
 			t.Fatalf("CreateUpload(%s): %v", u.ID, err)
 		}
@@ -595,7 +519,7 @@ func testUploads(t *testing.T, s store.ConversationStore) {
 		if err != nil {
 			t.Fatalf("GetUpload(%s): %v", u.ID, err)
 		}
-		if d := UploadDiff(u, got); d != "" {
+		if d := recordDiff(want[u.ID], got); d != "" {
 			t.Errorf("%s differs:%s", u.ID, d)
 		}
 	}
@@ -612,8 +536,8 @@ func testUploads(t *testing.T, s store.ConversationStore) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := UploadDiff(ups[0], list[1]); d != "" {
-		t.Errorf("listed upload differs:%s", d)
+	if d := recordDiff([]*store.Upload{want["file_c"], want["file_b"]}, list); d != "" {
+		t.Errorf("listed uploads differ:%s", d)
 	}
 	if got := mustUploads(t, s, "nope"); len(got) != 0 {
 		t.Errorf("ListUploads(unknown) = %v", got)
@@ -657,8 +581,11 @@ func testUploadConversation(t *testing.T, s store.ConversationStore) {
 		t.Errorf("c1 uploads after detaching = %v", got)
 	}
 	u, err := s.GetUpload(ctx, "file_1")
-	if err != nil || u.ConversationID != "" {
-		t.Errorf("detached upload: %+v, %v", u, err)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := recordDiff(newUpload("file_1", "", at(10)), u); d != "" {
+		t.Errorf("detached upload:%s", d)
 	}
 	// Unknown upload, unknown conversation.
 	if err := s.SetUploadConversation(ctx, "nope", "c1"); !isKind(err, errdefs.ErrNotFound) {
@@ -667,8 +594,10 @@ func testUploadConversation(t *testing.T, s store.ConversationStore) {
 	if err := s.SetUploadConversation(ctx, "file_2", "nope"); !isKind(err, errdefs.ErrNotFound) {
 		t.Errorf("SetUploadConversation(unknown conversation): err = %v, want not found", err)
 	}
-	if u, err := s.GetUpload(ctx, "file_2"); err != nil || u.ConversationID != "c2" {
-		t.Errorf("a refused SetUploadConversation changed the upload: %+v, %v", u, err)
+	if u, err := s.GetUpload(ctx, "file_2"); err != nil {
+		t.Error(err)
+	} else if d := recordDiff(newUpload("file_2", "c2", at(11)), u); d != "" {
+		t.Errorf("a refused SetUploadConversation changed the upload:%s", d)
 	}
 }
 

@@ -49,7 +49,7 @@ func newNode(id string, n int) *store.Node {
 	}
 }
 
-func nodeDiff(want, got *store.Node) string { return cmp.Diff(want, got, recordOpts) }
+func nodeDiff(want, got *store.Node) string { return cmp.Diff(want, got, RecordOptions) }
 
 func mustHeartbeat(t *testing.T, s store.NodeStore, n *store.Node) {
 	t.Helper()
@@ -69,6 +69,7 @@ func mustGetNode(t *testing.T, s store.NodeStore, id string) *store.Node {
 
 func testNodeHeartbeatGet(t *testing.T, s store.NodeStore) {
 	n := newNode("node-a", 1)
+	mustBeFull(t, "the node", n)
 	mustHeartbeat(t, s, n)
 	got := mustGetNode(t, s, "node-a")
 	if d := nodeDiff(n, got); d != "" {

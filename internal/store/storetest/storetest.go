@@ -18,8 +18,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -28,6 +31,7 @@ import (
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/store"
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
 // Run runs the whole suite. newStore must return a fresh, empty store each
@@ -155,25 +159,69 @@ func terminate(reason string, when time.Time) func(*store.Sandbox) error {
 	}
 }
 
-// Diff describes how got differs from want, or returns "" when they are the
-// same record: every field, times compared as instants, Runtime as a JSON
-// value (a backend may re-format it), nil and empty maps alike.
-func Diff(want, got *store.Sandbox) string {
-	if d := cmp.Diff(want, got, recordOpts); d != "" {
+// Diff describes how got differs from want (-want +got), or returns "" when
+// they are the same record: every field compared, with only the differences
+// RecordOptions allows.
+func Diff(want, got *store.Sandbox) string { return recordDiff(want, got) }
+
+// recordDiff is Diff for any of the store's records, or slices of them.
+func recordDiff(want, got any) string {
+	if d := cmp.Diff(want, got, RecordOptions); d != "" {
 		return "\n" + d
 	}
 	return ""
 }
 
-// recordOpts compare records as the store promises to keep them: time.Time
-// by its Equal method (cmp's own rule), JSON documents as values, an empty
-// map as nil.
-var recordOpts = cmp.Options{
-	cmp.Comparer(func(a, b json.RawMessage) bool { return jsonEqual(a, b) }),
-	cmp.FilterValues(func(a, b map[string]string) bool { return len(a) == 0 && len(b) == 0 },
-		cmp.Comparer(func(a, b map[string]string) bool { return true })),
+// RecordOptions compare the store's records (sandboxes, events, snapshots,
+// pools, nodes, keys, audit entries, conversations, turns, uploads, cells)
+// whole: every field, exported or added later, is compared, and each option
+// below is a difference the store's contract allows.
+//
+// Times need none: go-cmp compares a time.Time with its Equal method, so an
+// instant is compared, not its location or monotonic reading (the tests of
+// UTC check the location where the store promises it), and no precision is
+// given up (both backends keep nanoseconds).
+var RecordOptions = cmp.Options{
+	// A sandbox's Runtime, a turn's Turn and Messages and a cell's
+	// Execution are JSON documents the store keeps without interpreting
+	// them: they compare as JSON values, so a backend may re-encode one
+	// (key order, spacing); an empty document stays empty.
+	cmp.FilterPath(func(p cmp.Path) bool { return !isSandboxRuntime(p) }, cmp.Comparer(rawEqual)),
+	// Except that a sandbox without a runtime record is kept as {} (the
+	// column's default), so there empty and {} are the same.
+	cmp.FilterPath(isSandboxRuntime, cmp.Comparer(jsonEqual)),
+	// A Spec is kept as JSON whose maps are omitempty: an empty Env,
+	// Labels, Ports or E2B.Contexts comes back nil.
+	cmp.FilterValues(bothEmptyMaps, cmp.Comparer(func(_, _ any) bool { return true })),
 }
 
+var sandboxType = reflect.TypeFor[store.Sandbox]()
+
+func isSandboxRuntime(p cmp.Path) bool {
+	f, ok := p.Last().(cmp.StructField)
+	return ok && f.Name() == "Runtime" && len(p) >= 2 && p.Index(-2).Type() == sandboxType
+}
+
+func bothEmptyMaps(a, b any) bool {
+	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
+	return va.IsValid() && vb.IsValid() && va.Type() == vb.Type() &&
+		va.Kind() == reflect.Map && va.Len() == 0 && vb.Len() == 0
+}
+
+// eventOpts compare events but for the two fields the store assigns: ID
+// (only its order is promised; EventsOrder checks it) and At (the time the
+// change was stored; UpdateStateRecordsEvent checks it).
+var eventOpts = cmp.Options{RecordOptions, cmpopts.IgnoreFields(store.Event{}, "ID", "At")}
+
+// rawEqual compares stored JSON documents as values; empty equals empty only.
+func rawEqual(a, b json.RawMessage) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return len(a) == len(b)
+	}
+	return jsonEqual(a, b)
+}
+
+// jsonEqual compares JSON documents as values, empty as {}.
 func jsonEqual(a, b json.RawMessage) bool {
 	if len(a) == 0 {
 		a = json.RawMessage(`{}`)
@@ -189,6 +237,47 @@ func jsonEqual(a, b json.RawMessage) bool {
 		return false
 	}
 	return reflect.DeepEqual(x, y)
+}
+
+// unsetFields names the fields of v, a struct or a pointer to one, that hold
+// their zero value (nested structs walked, also through pointers; a nil
+// pointer, an empty map or slice counted as unset, a pointer to a zero
+// number as set). A test that means to store every field of a record checks
+// its record with it, so that a field added to the record later cannot go
+// untested.
+func unsetFields(v any) []string {
+	var out []string
+	var walk func(prefix string, v reflect.Value)
+	walk = func(prefix string, v reflect.Value) {
+		switch {
+		case v.Kind() == reflect.Pointer:
+			if v.IsNil() {
+				out = append(out, prefix)
+			} else if v.Elem().Kind() == reflect.Struct {
+				walk(prefix, v.Elem())
+			}
+		case v.Kind() == reflect.Struct && v.Type() != reflect.TypeFor[time.Time]():
+			for i := range v.NumField() {
+				walk(strings.TrimPrefix(prefix+"."+v.Type().Field(i).Name, "."), v.Field(i))
+			}
+		case v.Kind() == reflect.Map || v.Kind() == reflect.Slice:
+			if v.Len() == 0 {
+				out = append(out, prefix)
+			}
+		case v.IsZero():
+			out = append(out, prefix)
+		}
+	}
+	walk("", reflect.ValueOf(v))
+	return out
+}
+
+// mustBeFull fails the test when record leaves a field unset (unsetFields).
+func mustBeFull(t *testing.T, what string, record any) {
+	t.Helper()
+	if unset := unsetFields(record); len(unset) > 0 {
+		t.Fatalf("%s leaves %v unset: the test must give every field a value", what, unset)
+	}
 }
 
 func expectSame(t *testing.T, what string, want, got *store.Sandbox) {
@@ -211,8 +300,18 @@ func testCreateGet(t *testing.T, s store.Store) {
 	sb.SnapshotID = "snap-9"
 	sb.Spec.MaxLifetimeSecs = 3600
 	sb.Spec.AllowInternetAccess = true
+	sb.Spec.Network = &api.NetworkPolicy{AllowOut: []string{"pypi.org", "*.example.com"}, DenyOut: []string{"203.0.113.0/24"}}
+	sb.Spec.NoAutoResume = true
+	sb.Spec.UIDBase = 1 << 20
+	sb.Spec.Ports = map[int]store.PortAccess{8080: {Token: "tok-8080", Public: true}}
+	sb.Spec.SuspendOnIdle = true
+	sb.Spec.E2B = &store.E2BAccess{EnvdToken: "envd", TrafficToken: "traffic", Template: "code-interpreter-v1",
+		Contexts: map[string]string{"python": "ctx-1"}}
 	sb.SuspendImage = "snap-suspend-1"
 	sb.Node = "node-a"
+	term := at(2) // the store keeps whatever it is given, even on a live row
+	sb.TerminatedAt = &term
+	mustBeFull(t, "the sandbox", sb)
 	want := *sb
 	mustCreate(t, s, sb)
 
@@ -223,6 +322,8 @@ func testCreateGet(t *testing.T, s store.Store) {
 	// what the store holds.
 	got := mustGet(t, s, "sb-1")
 	got.Spec.Labels["team"] = "mutated"
+	got.Spec.Ports[8080] = store.PortAccess{Token: "mutated"}
+	got.Spec.E2B.Contexts["python"] = "mutated"
 	got.State = api.StateError
 	expectSame(t, "Get after mutating an earlier result", &want, mustGet(t, s, "sb-1"))
 }
@@ -397,7 +498,9 @@ func testList(t *testing.T, s store.Store) {
 	if err != nil || len(all) != 1 {
 		t.Fatalf("List(name gamma) = %v, %v", ids(all), err)
 	}
-	expectSame(t, "List record", mustGet(t, s, "c"), all[0])
+	want := newSandbox("c", "gamma", api.StateRunning, at(3))
+	want.Spec.Labels = map[string]string{"team": "core", "env": "prod"}
+	expectSame(t, "List record", want, all[0])
 }
 
 func testUpdateAllFields(t *testing.T, s store.Store) {
@@ -421,8 +524,15 @@ func testUpdateAllFields(t *testing.T, s store.Store) {
 			TimeoutSecs:         60,
 			MaxLifetimeSecs:     7200,
 			AllowInternetAccess: true,
+			Network:             &api.NetworkPolicy{AllowOut: []string{"10.1.2.3"}, DenyOut: []string{"198.51.100.7"}},
 			Env:                 map[string]string{"B": "2", "EMPTY": ""},
 			Labels:              map[string]string{"team": "ml", "tier": "gold"},
+			NoAutoResume:        true,
+			UIDBase:             2 << 20,
+			Ports:               map[int]store.PortAccess{3000: {Token: "tok-3000"}, 8888: {Token: "tok-8888", Public: true}},
+			SuspendOnIdle:       true,
+			E2B: &store.E2BAccess{EnvdToken: "envd-2", TrafficToken: "traffic-2", Template: "base",
+				Contexts: map[string]string{"python": "ctx-2", "r": "ctx-3"}},
 		},
 		Runtime:      json.RawMessage(`{"pid":4242,"cgroup":"/sys/fs/cgroup/forkbox/sb-1","veth":{"host":"fb0","ip":"10.0.0.2"}}`),
 		SuspendImage: "snap-suspend-2",
@@ -431,11 +541,20 @@ func testUpdateAllFields(t *testing.T, s store.Store) {
 		LastActiveAt: at(7),
 		TerminatedAt: &term,
 	}
+	mustBeFull(t, "the updated sandbox", want)
 	got := mustUpdate(t, s, "sb-1", func(sb *store.Sandbox) error {
 		expectSame(t, "fn's argument", orig, sb)
+		// A copy that shares nothing with want.
 		c := *want
-		c.Spec.Env = map[string]string{"B": "2", "EMPTY": ""}
-		c.Spec.Labels = map[string]string{"team": "ml", "tier": "gold"}
+		c.Spec.Env = maps.Clone(want.Spec.Env)
+		c.Spec.Labels = maps.Clone(want.Spec.Labels)
+		c.Spec.Ports = maps.Clone(want.Spec.Ports)
+		network, e2b := *want.Spec.Network, *want.Spec.E2B
+		network.AllowOut, network.DenyOut = slices.Clone(network.AllowOut), slices.Clone(network.DenyOut)
+		e2b.Contexts = maps.Clone(e2b.Contexts)
+		c.Spec.Network, c.Spec.E2B = &network, &e2b
+		term := *want.TerminatedAt
+		c.TerminatedAt = &term
 		*sb = c
 		return nil
 	})
@@ -498,13 +617,14 @@ func testUpdateStateRecordsEvent(t *testing.T, s store.Store) {
 	})
 	after := time.Now()
 	ev := mustEvents(t, s, "sb-1")
-	if len(ev) != 2 {
-		t.Fatalf("events = %+v, want 2", ev)
+	want := []store.Event{
+		{SandboxID: "sb-1", From: "", To: api.StateCreating, Reason: "created by test"},
+		{SandboxID: "sb-1", From: api.StateCreating, To: api.StateRunning, Reason: "started"},
+	}
+	if d := cmp.Diff(want, ev, eventOpts); d != "" {
+		t.Fatalf("events differ (-want +got):\n%s", d)
 	}
 	e := ev[1]
-	if e.SandboxID != "sb-1" || e.From != api.StateCreating || e.To != api.StateRunning || e.Reason != "started" {
-		t.Errorf("event = %+v, want sb-1 creating→running reason started", e)
-	}
 	// The event is stamped when the change is stored.
 	if e.At.Before(before.Add(-time.Second)) || e.At.After(after.Add(time.Second)) {
 		t.Errorf("event At = %v, want between %v and %v", e.At, before, after)
@@ -685,28 +805,25 @@ func testEventsOrder(t *testing.T, s store.Store) {
 			mustUpdate(t, s, "sb-2", func(sb *store.Sandbox) error { sb.State = api.StateError; sb.StateReason = "oops"; return nil })
 		}
 	}
+	want := []store.Event{{SandboxID: "sb-1", From: "", To: api.StateCreating, Reason: "created by test"}}
+	for _, st := range steps {
+		want = append(want, store.Event{SandboxID: "sb-1", From: want[len(want)-1].To, To: st.to, Reason: st.reason})
+	}
 	ev := mustEvents(t, s, "sb-1")
-	if len(ev) != len(steps)+1 {
-		t.Fatalf("events = %+v, want %d", ev, len(steps)+1)
+	if d := cmp.Diff(want, ev, eventOpts); d != "" {
+		t.Fatalf("events of sb-1 differ (-want +got):\n%s", d)
 	}
-	first := ev[0]
-	if first.From != "" || first.To != api.StateCreating || first.Reason != "created by test" || first.SandboxID != "sb-1" {
-		t.Errorf("Create event = %+v, want \"\"→creating reason %q", first, "created by test")
-	}
-	from := api.StateCreating
-	for i, st := range steps {
-		e := ev[i+1]
-		if e.SandboxID != "sb-1" || e.From != from || e.To != st.to || e.Reason != st.reason {
-			t.Errorf("event %d = %+v, want %s→%s %q", i+1, e, from, st.to, st.reason)
+	for i := 1; i < len(ev); i++ {
+		if ev[i].ID <= ev[i-1].ID {
+			t.Errorf("event %d id %d not after %d", i, ev[i].ID, ev[i-1].ID)
 		}
-		if e.ID <= ev[i].ID {
-			t.Errorf("event %d id %d not after %d", i+1, e.ID, ev[i].ID)
-		}
-		from = st.to
 	}
-	ev2 := mustEvents(t, s, "sb-2")
-	if len(ev2) != 2 || ev2[1].From != api.StateCreating || ev2[1].To != api.StateError {
-		t.Errorf("sb-2 events = %+v", ev2)
+	want2 := []store.Event{
+		{SandboxID: "sb-2", From: "", To: api.StateCreating, Reason: "created by test"},
+		{SandboxID: "sb-2", From: api.StateCreating, To: api.StateError, Reason: "oops"},
+	}
+	if d := cmp.Diff(want2, mustEvents(t, s, "sb-2"), eventOpts); d != "" {
+		t.Errorf("events of sb-2 differ (-want +got):\n%s", d)
 	}
 	if ev := mustEvents(t, s, "nope"); len(ev) != 0 {
 		t.Errorf("Events(unknown) = %+v, want none", ev)
@@ -865,11 +982,16 @@ func testSnapshots(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	base := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
 	mk := func(id, sandbox, parent string, at time.Duration) *store.Snapshot {
-		return &store.Snapshot{ID: id, Name: "n-" + id, Type: "memory", SandboxID: sandbox, ParentID: parent, Image: "python",
-			Spec:      store.Spec{CPUs: 1.5, MemoryMB: 512, DiskMB: 1024, Env: map[string]string{"A": "b"}},
+		return &store.Snapshot{ID: id, Tenant: api.DefaultTenant, Name: "n-" + id, Type: "memory", SandboxID: sandbox, ParentID: parent, Image: "python",
+			Spec: store.Spec{CPUs: 1.5, MemoryMB: 512, DiskMB: 1024, PIDsLimit: 128, TimeoutSecs: 600, MaxLifetimeSecs: 86400,
+				AllowInternetAccess: true, Network: &api.NetworkPolicy{AllowOut: []string{"1.1.1.1"}, DenyOut: []string{"8.8.8.8"}},
+				Env: map[string]string{"A": "b"}, Labels: map[string]string{"l": "v"}, NoAutoResume: true, UIDBase: 3 << 20,
+				Ports: map[int]store.PortAccess{80: {Token: "t"}}, SuspendOnIdle: true,
+				E2B: &store.E2BAccess{EnvdToken: "e", TrafficToken: "t", Template: "x", Contexts: map[string]string{"python": "c"}}},
 			SizeBytes: 12345, Checksum: "abc", PausedMS: 42, CreatedAt: base.Add(at)}
 	}
 	a, b, c := mk("snap_a", "sbx_1", "", 0), mk("snap_b", "sbx_1", "snap_a", time.Second), mk("snap_c", "sbx_2", "", 2*time.Second)
+	mustBeFull(t, "the snapshot", b)
 	for _, sn := range []*store.Snapshot{a, b, c} {
 		if err := s.CreateSnapshot(ctx, sn); err != nil {
 			t.Fatal(err)
@@ -882,20 +1004,25 @@ func testSnapshots(t *testing.T, s store.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.ParentID != "snap_a" || got.Spec.CPUs != 1.5 || got.Spec.Env["A"] != "b" || got.PausedMS != 42 ||
-		got.SizeBytes != 12345 || got.Checksum != "abc" || !got.CreatedAt.Equal(b.CreatedAt) {
-		t.Fatalf("GetSnapshot: %+v", got)
+	if d := recordDiff(mk("snap_b", "sbx_1", "snap_a", time.Second), got); d != "" {
+		t.Fatalf("GetSnapshot differs:%s", d)
 	}
 	if _, err := s.GetSnapshot(ctx, "snap_nope"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("GetSnapshot unknown: %v", err)
 	}
 	all, err := s.ListSnapshots(ctx, "")
-	if err != nil || len(all) != 3 || all[0].ID != "snap_c" || all[2].ID != "snap_a" {
-		t.Fatalf("ListSnapshots all (newest first): %v %v", snapIDs(all), err)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := recordDiff([]*store.Snapshot{c, b, a}, all); d != "" {
+		t.Fatalf("ListSnapshots all (newest first) differs:%s", d)
 	}
 	one, err := s.ListSnapshots(ctx, "sbx_1")
-	if err != nil || len(one) != 2 || one[0].ID != "snap_b" {
-		t.Fatalf("ListSnapshots sbx_1: %v %v", snapIDs(one), err)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := recordDiff([]*store.Snapshot{b, a}, one); d != "" {
+		t.Fatalf("ListSnapshots sbx_1 differs:%s", d)
 	}
 	if err := s.DeleteSnapshot(ctx, "snap_a"); err != nil {
 		t.Fatal(err)
@@ -906,12 +1033,4 @@ func testSnapshots(t *testing.T, s store.Store) {
 	if _, err := s.GetSnapshot(ctx, "snap_a"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("deleted snapshot still found: %v", err)
 	}
-}
-
-func snapIDs(list []*store.Snapshot) []string {
-	var out []string
-	for _, sn := range list {
-		out = append(out, sn.ID)
-	}
-	return out
 }

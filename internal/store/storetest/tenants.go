@@ -104,15 +104,22 @@ func testTenantScoping(t *testing.T, s store.Store) {
 	if err := s.CreatePool(a, &store.Pool{Name: "py", Size: 1, CreatedAt: at(8)}); !errors.Is(err, errdefs.ErrConflict) {
 		t.Fatalf("second pool py of a: err = %v, want conflict", err)
 	}
-	if l, err := s.ListPools(a); err != nil || len(l) != 1 || l[0].Tenant != "a" {
-		t.Fatalf("ListPools(a) = %v, %v", l, err)
+	pool := func(owner string) *store.Pool {
+		return &store.Pool{Tenant: owner, Name: "py", Size: 1, CreatedAt: at(7)}
+	}
+	if l, err := s.ListPools(a); err != nil {
+		t.Fatal(err)
+	} else if d := recordDiff([]*store.Pool{pool("a")}, l); d != "" {
+		t.Fatalf("ListPools(a) differs:%s", d)
 	}
 	wantNotFound(t, "DeletePool(b, a's py)", s.DeletePool(b, "a", "py"))
 	if err := s.DeletePool(a, "a", "py"); err != nil {
 		t.Fatalf("DeletePool(a, py): %v", err)
 	}
-	if l, err := s.ListPools(bg); err != nil || len(l) != 1 || l[0].Tenant != "b" {
-		t.Fatalf("ListPools(unscoped) after delete = %v, %v", l, err)
+	if l, err := s.ListPools(bg); err != nil {
+		t.Fatal(err)
+	} else if d := recordDiff([]*store.Pool{pool("b")}, l); d != "" {
+		t.Fatalf("ListPools(unscoped) after delete differs:%s", d)
 	}
 }
 
