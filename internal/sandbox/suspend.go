@@ -313,14 +313,17 @@ func (m *Manager) Resume(ctx context.Context, ref string) (_ *api.Sandbox, err e
 	now := m.now().UTC()
 	sb.LastActiveAt = now
 	m.track(sb, info).setBase(baseIn(snap.ID, criuDir))
-	sb, err = m.setState(ctx, sb.ID, api.StateRunning, "", func(s *store.Sandbox) {
+	// Not into sb: setState returns nil on failure, and the cleanup above
+	// and fail still need sb (a runtime exit report can mark the sandbox
+	// error while it restores, and then it cannot become running).
+	resumed, err := m.setState(ctx, sb.ID, api.StateRunning, "", func(s *store.Sandbox) {
 		s.Runtime = runtime.MarshalInfo(info)
 		s.LastActiveAt = now
 	})
 	if err != nil {
 		return fail(err)
 	}
-	done = true
+	sb, done = resumed, true
 	m.log.Info("sandbox resumed", "sandbox", sb.ID, "ms", time.Since(start).Milliseconds())
 	return m.view(sb), nil
 }
