@@ -5,6 +5,7 @@
  *
  * @module
  */
+import type * as wire from "./wire.js";
 /** Sandbox lifecycle states. */
 export type SandboxState = "creating" | "running" | "suspending" | "suspended" | "resuming" | "terminated" | "error" | (string & {});
 /** What a running sandbox consumes now. */
@@ -216,28 +217,37 @@ export interface PoolInfo {
 }
 /** @internal */
 export type Wire = Record<string, any>;
+/**
+ * @internal A wire object as received, for the conversions below: only the
+ * keys of its schema (wire.ts, generated from the API's document), so that
+ * reading a field the API does not have fails to compile; their values are
+ * taken as they come (absent or null included).
+ */
+export type Received<T> = {
+    [K in keyof T]?: any;
+};
 /** @internal */
-export declare function toSandboxInfo(w: Wire): SandboxInfo;
+export declare function toSandboxInfo(w: Received<wire.Sandbox>): SandboxInfo;
 /** @internal */
-export declare function toCommandResult(w: Wire): CommandResult;
+export declare function toCommandResult(w: Received<wire.ExecResult>): CommandResult;
 /** @internal */
-export declare function toSnapshot(w: Wire): Snapshot;
+export declare function toSnapshot(w: Received<wire.Snapshot>): Snapshot;
 /** @internal */
-export declare function toFileInfo(w: Wire): FileInfo;
+export declare function toFileInfo(w: Received<wire.FileInfo>): FileInfo;
 /** @internal */
 export declare function toResult(w: Wire): Result;
 /** @internal */
-export declare function toExecutionError(w: Wire): ExecutionError;
+export declare function toExecutionError(w: Received<wire.ExecutionError>): ExecutionError;
 /** @internal */
-export declare function toExecution(w: Wire): Execution;
+export declare function toExecution(w: Received<wire.Execution>): Execution;
 /** @internal */
-export declare function toCodeContext(w: Wire): CodeContext;
+export declare function toCodeContext(w: Received<wire.Context>): CodeContext;
 /** @internal */
-export declare function toImageInfo(w: Wire): ImageInfo;
+export declare function toImageInfo(w: Received<wire.Image>): ImageInfo;
 /** @internal */
-export declare function toBuildEvent(w: Wire, name: string): BuildEvent;
+export declare function toBuildEvent(w: Received<wire.BuildEvent>, name: string): BuildEvent;
 /** @internal */
-export declare function toPoolInfo(w: Wire): PoolInfo;
+export declare function toPoolInfo(w: Received<wire.Pool>): PoolInfo;
 /**
  * The egress policy of a sandbox with internet access. By default it
  * reaches the public internet only (no LAN, link-local or cloud metadata

@@ -244,7 +244,7 @@ export interface RunCodeRequest {
     /** Environment variables set for this cell only (Python contexts). */
     env?: Record<string, string>;
 }
-/** The result of running a cell (SPEC §4). */
+/** The result of running a cell. */
 export interface Execution {
     logs: Logs;
     /**
@@ -612,7 +612,7 @@ export interface ChatImage {
 /** One piece of code the model ran, and its result. */
 export interface ChatStep {
     code: string;
-    /** The execution (SPEC §4); null when the code could not be run at all. */
+    /** The execution; null when the code could not be run at all. */
     execution: Execution | null;
 }
 /** The answer of POST /v1/chat, and the data of its SSE `done` event. */

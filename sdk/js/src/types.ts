@@ -6,6 +6,8 @@
  * @module
  */
 
+import type * as wire from "./wire.js";
+
 /** Sandbox lifecycle states. */
 export type SandboxState =
   | "creating"
@@ -272,6 +274,14 @@ export interface PoolInfo {
 /** @internal */
 export type Wire = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
 
+/**
+ * @internal A wire object as received, for the conversions below: only the
+ * keys of its schema (wire.ts, generated from the API's document), so that
+ * reading a field the API does not have fails to compile; their values are
+ * taken as they come (absent or null included).
+ */
+export type Received<T> = { [K in keyof T]?: any }; // eslint-disable-line @typescript-eslint/no-explicit-any
+
 function date(v: unknown): Date {
   return typeof v === "string" ? new Date(v) : new Date(NaN);
 }
@@ -281,7 +291,7 @@ function opt<T>(v: T | undefined | null | ""): T | undefined {
 }
 
 /** @internal */
-export function toSandboxInfo(w: Wire): SandboxInfo {
+export function toSandboxInfo(w: Received<wire.Sandbox>): SandboxInfo {
   const s: SandboxInfo = {
     id: w.id,
     state: w.state,
@@ -320,7 +330,7 @@ export function toSandboxInfo(w: Wire): SandboxInfo {
 }
 
 /** @internal */
-export function toCommandResult(w: Wire): CommandResult {
+export function toCommandResult(w: Received<wire.ExecResult>): CommandResult {
   const r: CommandResult = {
     stdout: w.stdout ?? "",
     stderr: w.stderr ?? "",
@@ -335,7 +345,7 @@ export function toCommandResult(w: Wire): CommandResult {
 }
 
 /** @internal */
-export function toSnapshot(w: Wire): Snapshot {
+export function toSnapshot(w: Received<wire.Snapshot>): Snapshot {
   const s: Snapshot = {
     snapshotId: w.id,
     type: w.type,
@@ -351,7 +361,7 @@ export function toSnapshot(w: Wire): Snapshot {
 }
 
 /** @internal */
-export function toFileInfo(w: Wire): FileInfo {
+export function toFileInfo(w: Received<wire.FileInfo>): FileInfo {
   return {
     name: w.name,
     path: w.path,
@@ -369,12 +379,12 @@ export function toResult(w: Wire): Result {
 }
 
 /** @internal */
-export function toExecutionError(w: Wire): ExecutionError {
+export function toExecutionError(w: Received<wire.ExecutionError>): ExecutionError {
   return { name: w.name ?? "", value: w.value ?? "", traceback: w.traceback ?? [] };
 }
 
 /** @internal */
-export function toExecution(w: Wire): Execution {
+export function toExecution(w: Received<wire.Execution>): Execution {
   const init: ConstructorParameters<typeof Execution>[0] = {
     results: (w.results ?? []).filter((r: unknown) => r !== null).map(toResult),
     logs: { stdout: w.logs?.stdout ?? [], stderr: w.logs?.stderr ?? [] },
@@ -387,7 +397,7 @@ export function toExecution(w: Wire): Execution {
 }
 
 /** @internal */
-export function toCodeContext(w: Wire): CodeContext {
+export function toCodeContext(w: Received<wire.Context>): CodeContext {
   return {
     id: w.id,
     language: w.language ?? "",
@@ -401,7 +411,7 @@ export function toCodeContext(w: Wire): CodeContext {
 }
 
 /** @internal */
-export function toImageInfo(w: Wire): ImageInfo {
+export function toImageInfo(w: Received<wire.Image>): ImageInfo {
   const i: ImageInfo = {
     name: w.name,
     id: w.id ?? "",
@@ -419,7 +429,7 @@ export function toImageInfo(w: Wire): ImageInfo {
 }
 
 /** @internal */
-export function toBuildEvent(w: Wire, name: string): BuildEvent {
+export function toBuildEvent(w: Received<wire.BuildEvent>, name: string): BuildEvent {
   const e: BuildEvent = { type: w.type || name, step: w.step ?? 0 };
   if (w.total) e.total = w.total;
   if (opt(w.kind)) e.kind = w.kind;
@@ -431,7 +441,7 @@ export function toBuildEvent(w: Wire, name: string): BuildEvent {
 }
 
 /** @internal */
-export function toPoolInfo(w: Wire): PoolInfo {
+export function toPoolInfo(w: Received<wire.Pool>): PoolInfo {
   const p: PoolInfo = {
     name: w.name,
     image: w.image ?? "",
