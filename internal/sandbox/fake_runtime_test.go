@@ -74,7 +74,7 @@ type fakeBox struct {
 }
 
 func newFakeRuntime(t testing.TB) *fakeRuntime {
-	root, err := os.MkdirTemp("", "fbx")
+	root, err := os.MkdirTemp("", "sandbox-unit-")
 	if err != nil {
 		t.Fatal(err)
 	}
