@@ -13,6 +13,7 @@ import (
 	"net/url"
 
 	"github.com/forkbox/forkbox/api"
+	"github.com/forkbox/forkbox/internal/sse"
 )
 
 // Chat asks a question about data and waits for the answer. A model answers
@@ -76,10 +77,10 @@ func (c *Client) ChatStream(ctx context.Context, req api.ChatRequest, onEvent fu
 	hreq.Header.Set("Content-Type", "application/json")
 	var res api.ChatResponse
 	err = c.followStream(ctx, hreq, "chat", func(body io.Reader) error { return decodeJSON(body, &res) },
-		func(ev sseEvent) error {
-			switch ev.name {
+		func(ev sse.Event) error {
+			switch ev.Name {
 			case api.ChatEventError:
-				return failureError(ev.data)
+				return failureError(ev.Data)
 			case api.ChatEventDone:
 				if err := decodeEvent(ev, &res); err != nil {
 					return err
@@ -91,7 +92,7 @@ func (c *Client) ChatStream(ctx context.Context, req api.ChatRequest, onEvent fu
 				return err
 			}
 			if ce.Type == "" {
-				ce.Type = ev.name
+				ce.Type = ev.Name
 			}
 			if onEvent != nil {
 				onEvent(ce)

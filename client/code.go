@@ -10,6 +10,7 @@ import (
 
 	"github.com/forkbox/forkbox/api"
 	"github.com/forkbox/forkbox/internal/errdefs"
+	"github.com/forkbox/forkbox/internal/sse"
 )
 
 // eventFailure ends a code stream whose call failed after the stream began
@@ -73,15 +74,15 @@ func (c *Client) RunCodeStream(ctx context.Context, sandbox string, req api.RunC
 		}
 		h.replay(&exec)
 		return nil
-	}, func(ev sseEvent) error {
-		switch ev.name {
+	}, func(ev sse.Event) error {
+		switch ev.Name {
 		case api.EventStdout, api.EventStderr:
 			var chunk api.OutputChunk
 			if err := decodeEvent(ev, &chunk); err != nil {
 				return err
 			}
 			fn := h.OnStdout
-			if ev.name == api.EventStderr {
+			if ev.Name == api.EventStderr {
 				fn = h.OnStderr
 			}
 			if fn != nil && chunk.Data != "" {
@@ -109,7 +110,7 @@ func (c *Client) RunCodeStream(ctx context.Context, sandbox string, req api.RunC
 			}
 			return errStreamDone
 		case eventFailure:
-			return failureError(ev.data)
+			return failureError(ev.Data)
 		}
 		// Other events are from a newer daemon; skip them.
 		return nil

@@ -9,6 +9,7 @@ import (
 
 	"github.com/forkbox/forkbox/api"
 	"github.com/forkbox/forkbox/internal/errdefs"
+	"github.com/forkbox/forkbox/internal/sse"
 )
 
 // Exec runs a command in a sandbox and waits for it. A command that runs and
@@ -54,14 +55,14 @@ func (c *Client) ExecStream(ctx context.Context, sandbox string, req api.ExecReq
 		emit(onStderr, []byte(res.Stderr))
 		res.Stdout, res.Stderr = "", ""
 		return nil
-	}, func(ev sseEvent) error {
-		switch ev.name {
+	}, func(ev sse.Event) error {
+		switch ev.Name {
 		case api.EventStdout, api.EventStderr:
 			var chunk api.OutputChunk
 			if err := decodeEvent(ev, &chunk); err != nil {
 				return err
 			}
-			if ev.name == api.EventStdout {
+			if ev.Name == api.EventStdout {
 				emit(onStdout, []byte(chunk.Data))
 			} else {
 				emit(onStderr, []byte(chunk.Data))
@@ -73,8 +74,8 @@ func (c *Client) ExecStream(ctx context.Context, sandbox string, req api.ExecReq
 			return errStreamDone
 		case api.EventError:
 			var eb api.ErrorBody
-			if err := json.Unmarshal(ev.data, &eb); err != nil || eb.Code == "" {
-				return &APIError{Status: http.StatusInternalServerError, Code: "internal", Message: string(ev.data)}
+			if err := json.Unmarshal(ev.Data, &eb); err != nil || eb.Code == "" {
+				return &APIError{Status: http.StatusInternalServerError, Code: "internal", Message: string(ev.Data)}
 			}
 			status, _ := errdefs.HTTPStatus(errdefs.FromCode(eb.Code))
 			return &APIError{Status: status, Code: eb.Code, Message: eb.Message, Quota: eb.Quota}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/forkbox/forkbox/api"
+	"github.com/forkbox/forkbox/internal/sse"
 )
 
 // BuildImage builds an image from a recipe and registers it under r.Name,
@@ -195,21 +196,21 @@ func (c *Client) buildStream(ctx context.Context, req *http.Request, onEvent fun
 	err := c.followStream(ctx, req, "build", func(body io.Reader) error {
 		img = new(api.Image)
 		return decodeJSON(body, img)
-	}, func(ev sseEvent) error {
-		if ev.name == api.BuildEventError {
-			return failureError(ev.data)
+	}, func(ev sse.Event) error {
+		if ev.Name == api.BuildEventError {
+			return failureError(ev.Data)
 		}
 		var be api.BuildEvent
 		if err := decodeEvent(ev, &be); err != nil {
 			return err
 		}
 		if be.Type == "" {
-			be.Type = ev.name
+			be.Type = ev.Name
 		}
 		if onEvent != nil {
 			onEvent(be)
 		}
-		if ev.name == api.BuildEventDone {
+		if ev.Name == api.BuildEventDone {
 			if be.Image == nil {
 				return fmt.Errorf("done event without an image")
 			}

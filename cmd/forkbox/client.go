@@ -216,17 +216,3 @@ func (f *secondsFlag) Set(s string) error {
 }
 
 func (f *secondsFlag) Type() string { return "seconds" }
-
-// humanBytes formats n with binary units: 512 B, 1.5 KiB, 12.3 MiB.
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/forkbox/forkbox/api"
 	"github.com/forkbox/forkbox/client"
+	"github.com/forkbox/forkbox/internal/units"
 )
 
 func keyCmd() *cobra.Command {
@@ -443,7 +444,7 @@ func intRow(name string, use int64, limit *int64) quotaRow {
 func quotaValue(name string, v float64) string {
 	switch {
 	case strings.HasSuffix(name, "_bytes"):
-		return humanBytes(int64(v))
+		return units.Bytes(int64(v))
 	case name == api.QuotaMemoryMB && v > 0:
 		return humanMiB(int64(v))
 	case name == api.QuotaMemoryMB:

@@ -15,6 +15,7 @@ import (
 
 	"github.com/forkbox/forkbox/api"
 	"github.com/forkbox/forkbox/client"
+	"github.com/forkbox/forkbox/internal/units"
 )
 
 func cpCmd() *cobra.Command {
@@ -116,7 +117,7 @@ func upload(ctx context.Context, cmd *cobra.Command, c *client.Client, local str
 	if clientFlags.json {
 		return printJSON(cmd.OutOrStdout(), res)
 	}
-	fmt.Fprintf(cmd.ErrOrStderr(), "copied %s to %s:%s\n", humanBytes(res.Size), dst.sandbox, res.Path)
+	fmt.Fprintf(cmd.ErrOrStderr(), "copied %s to %s:%s\n", units.Bytes(res.Size), dst.sandbox, res.Path)
 	return nil
 }
 
@@ -155,6 +156,6 @@ func download(ctx context.Context, cmd *cobra.Command, c *client.Client, src cpA
 		abs, _ := filepath.Abs(local)
 		return printJSON(cmd.OutOrStdout(), api.WriteFileResult{Path: abs, Size: n})
 	}
-	fmt.Fprintf(cmd.ErrOrStderr(), "copied %s to %s\n", humanBytes(n), local)
+	fmt.Fprintf(cmd.ErrOrStderr(), "copied %s to %s\n", units.Bytes(n), local)
 	return nil
 }

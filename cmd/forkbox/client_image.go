@@ -21,6 +21,7 @@ import (
 	"github.com/forkbox/forkbox/api"
 	"github.com/forkbox/forkbox/client"
 	"github.com/forkbox/forkbox/internal/build"
+	"github.com/forkbox/forkbox/internal/units"
 )
 
 func imageCmd() *cobra.Command {
@@ -112,7 +113,7 @@ with its exit status and the end of its output.`,
 				return printJSON(cmd.OutOrStdout(), img)
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "Built %s (%s, %s, %s) in %s\n", img.Name, shortID(img.ID),
-				plural(len(img.Layers), "layer", "layers"), humanBytes(img.SizeBytes), elapsed(time.Since(start)))
+				plural(len(img.Layers), "layer", "layers"), units.Bytes(img.SizeBytes), elapsed(time.Since(start)))
 			fmt.Fprintln(cmd.OutOrStdout(), img.Name)
 			return nil
 		}),
@@ -365,7 +366,7 @@ a user of root becomes forkbox's unprivileged default.`,
 				return printJSON(cmd.OutOrStdout(), img)
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "Imported %s (%s, %s, %s) in %s\n", img.Name, shortID(img.ID),
-				plural(len(img.Layers), "layer", "layers"), humanBytes(img.SizeBytes), elapsed(time.Since(start)))
+				plural(len(img.Layers), "layer", "layers"), units.Bytes(img.SizeBytes), elapsed(time.Since(start)))
 			fmt.Fprintln(cmd.OutOrStdout(), img.Name)
 			return nil
 		}),
@@ -429,7 +430,7 @@ func printImageTable(w io.Writer, imgs []api.Image, now time.Time) {
 		if created != "-" {
 			created += " ago"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", img.Name, orDash(img.Base), len(img.Layers), humanBytes(img.SizeBytes), created)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", img.Name, orDash(img.Base), len(img.Layers), units.Bytes(img.SizeBytes), created)
 	}
 	tw.Flush()
 }

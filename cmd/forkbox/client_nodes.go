@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/forkbox/forkbox/client"
+	"github.com/forkbox/forkbox/internal/units"
 )
 
 func nodesCmd() *cobra.Command {
@@ -42,7 +43,7 @@ serves any sandbox; a single daemon lists none.`,
 					id += " *"
 				}
 				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s / %s\t%s ago\n", id, n.State, n.Address, strconv.Itoa(n.Running),
-					humanBytes(n.MemoryReservedBytes), humanBytes(n.MemoryBytes), time.Since(n.HeartbeatAt).Round(time.Second))
+					units.Bytes(n.MemoryReservedBytes), units.Bytes(n.MemoryBytes), time.Since(n.HeartbeatAt).Round(time.Second))
 			}
 			return w.Flush()
 		}),

@@ -14,6 +14,7 @@ import (
 
 	"github.com/forkbox/forkbox/api"
 	"github.com/forkbox/forkbox/client"
+	"github.com/forkbox/forkbox/internal/units"
 )
 
 func checkpointCmd() *cobra.Command {
@@ -52,7 +53,7 @@ Restore a snapshot with forkbox create --snapshot ID.`,
 				}
 				return err
 			}
-			p.Done("Saved %s snapshot %s of %s (%s, paused %s)", sn.Type, sn.ID, sandbox, humanBytes(sn.SizeBytes), humanMS(sn.PausedMS))
+			p.Done("Saved %s snapshot %s of %s (%s, paused %s)", sn.Type, sn.ID, sandbox, units.Bytes(sn.SizeBytes), humanMS(sn.PausedMS))
 			if clientFlags.json {
 				return printJSON(cmd.OutOrStdout(), sn)
 			}
@@ -235,7 +236,7 @@ func printSnapshotTree(w io.Writer, sns []api.Snapshot, sbs []api.Sandbox, now t
 			from = sandboxLabel(sb)
 		}
 		fmt.Fprintf(tw, "%s%s%s\t%s\t%s\t%s\t%s\t%s\t%s\n", lead, branch, sn.ID, orDash(sn.Name), sn.Type,
-			humanBytes(sn.SizeBytes), humanAge(now, sn.CreatedAt), orDash(from), listOrDash(restored[sn.ID], 3))
+			units.Bytes(sn.SizeBytes), humanAge(now, sn.CreatedAt), orDash(from), listOrDash(restored[sn.ID], 3))
 		next := lead
 		switch branch {
 		case "├─ ":
@@ -283,7 +284,7 @@ func printSnapshotTable(w io.Writer, sns []api.Snapshot, now time.Time) {
 	for _, sn := range sns {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
 			sn.ID, sn.Type, orDash(sn.Name), orDash(sn.SandboxID), orDash(sn.ParentID),
-			humanBytes(sn.SizeBytes), humanMS(sn.PausedMS), humanAge(now, sn.CreatedAt))
+			units.Bytes(sn.SizeBytes), humanMS(sn.PausedMS), humanAge(now, sn.CreatedAt))
 	}
 	tw.Flush()
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/forkbox/forkbox/internal/image"
 	"github.com/forkbox/forkbox/internal/sandbox"
 	"github.com/forkbox/forkbox/internal/sandboxinit"
+	"github.com/forkbox/forkbox/internal/units"
 	"github.com/forkbox/forkbox/internal/userns"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -241,7 +242,7 @@ func prepareCmd() *cobra.Command {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "image %s ready: %d layers, %s, in %s\n", img.Name, len(img.Layers),
-				humanBytes(img.SizeBytes), time.Since(start).Round(time.Millisecond))
+				units.Bytes(img.SizeBytes), time.Since(start).Round(time.Millisecond))
 			return nil
 		},
 	}

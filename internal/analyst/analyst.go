@@ -35,6 +35,8 @@ import (
 	"github.com/forkbox/forkbox/internal/keylock"
 	"github.com/forkbox/forkbox/internal/sandbox"
 	"github.com/forkbox/forkbox/internal/store"
+	"github.com/forkbox/forkbox/internal/textcut"
+	"github.com/forkbox/forkbox/internal/units"
 )
 
 // Config tunes a Service.
@@ -323,7 +325,7 @@ func (s *Service) Upload(ctx context.Context, name string, r io.Reader, conversa
 		return nil, fmt.Errorf("store upload: %w", err)
 	}
 	if n > s.cfg.MaxUploadBytes {
-		return nil, errdefs.TooLarge("%s is larger than the upload limit of %s", name, humanSize(s.cfg.MaxUploadBytes))
+		return nil, errdefs.TooLarge("%s is larger than the upload limit of %s", name, units.Bytes(s.cfg.MaxUploadBytes))
 	}
 	cols, rows, err := checkCSV(path)
 	if err != nil {
@@ -366,15 +368,22 @@ func checkCSV(path string) ([]string, int64, error) {
 		return nil, 0, err
 	}
 	defer f.Close()
-	br := bufio.NewReader(f)
-	head, _ := br.Peek(64 << 10)
+	const headSize = 64 << 10
+	br := bufio.NewReaderSize(f, headSize) // a smaller buffer would peek less
+	head, err := br.Peek(headSize)
 	if len(head) == 0 {
 		return nil, 0, errors.New("it is empty")
 	}
 	if bytes.IndexByte(head, 0) >= 0 {
 		return nil, 0, errors.New("it holds binary data")
 	}
-	if !utf8.Valid(trimPartialRune(head)) {
+	if !errors.Is(err, io.EOF) {
+		// The head stops at the peek's size, maybe inside a character
+		// whose other bytes follow: not a fault of the file. A head that
+		// holds the whole file (io.EOF) is checked whole.
+		head = textcut.Complete(head)
+	}
+	if !utf8.Valid(head) {
 		return nil, 0, errors.New("it is not UTF-8 text")
 	}
 	cr := csv.NewReader(br)
@@ -399,25 +408,6 @@ func checkCSV(path string) ([]string, int64, error) {
 		rows++
 	}
 	return header, rows, nil
-}
-
-// trimPartialRune drops a rune cut by the end of a peeked buffer.
-func trimPartialRune(b []byte) []byte {
-	for i := 0; i < utf8.UTFMax && len(b) > 0; i++ {
-		r, size := utf8.DecodeLastRune(b)
-		if r != utf8.RuneError || size != 1 {
-			break
-		}
-		b = b[:len(b)-1]
-	}
-	return b
-}
-
-func humanSize(n int64) string {
-	if n >= 1<<20 {
-		return fmt.Sprintf("%d MiB", n>>20)
-	}
-	return fmt.Sprintf("%d KiB", n>>10)
 }
 
 // conversationWait bounds how long a question waits for the conversation's
@@ -594,11 +584,7 @@ func titleOf(q string) string {
 	if len(q) <= 60 {
 		return q
 	}
-	cut := q[:60]
-	for !utf8.ValidString(cut) {
-		cut = cut[:len(cut)-1]
-	}
-	return cut + "…"
+	return textcut.Prefix(q, 60) + "…"
 }
 
 // place copies an upload into the sandbox's /workspace.

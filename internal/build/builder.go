@@ -22,6 +22,7 @@ import (
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/image"
 	"github.com/forkbox/forkbox/internal/runtime"
+	"github.com/forkbox/forkbox/internal/units"
 )
 
 // Runtime is what the builder needs from the isolation layer.
@@ -158,7 +159,7 @@ func (b *Builder) Build(ctx context.Context, r *api.Recipe, buildContext io.Read
 		return nil, err
 	}
 	emit(api.BuildEvent{Type: api.BuildEventLog, Step: total, Total: total,
-		Line: fmt.Sprintf("image %s registered: %d layers, %s", img.Name, len(img.Layers), humanBytes(img.SizeBytes))})
+		Line: fmt.Sprintf("image %s registered: %d layers, %s", img.Name, len(img.Layers), units.Bytes(img.SizeBytes))})
 	return &img, nil
 }
 
@@ -434,18 +435,6 @@ func streamLines(r io.Reader, emit func(string)) {
 			emit(line)
 		}
 	}
-}
-
-func humanBytes(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
 }
 
 // contextPath returns the host path of a copy source inside the build

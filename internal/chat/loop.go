@@ -7,10 +7,11 @@ import (
 	"fmt"
 	"path"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/forkbox/forkbox/api"
 	"github.com/forkbox/forkbox/internal/errdefs"
+	"github.com/forkbox/forkbox/internal/textcut"
+	"github.com/forkbox/forkbox/internal/units"
 )
 
 // Defaults of Options.
@@ -67,7 +68,7 @@ func SystemPrompt(opts Options) string {
 		}
 		b.WriteString("- " + p)
 		if f.Size > 0 {
-			b.WriteString(" (" + humanSize(f.Size) + ")")
+			b.WriteString(" (" + units.Bytes(f.Size) + ")")
 		}
 		b.WriteString("\n")
 		if pv := strings.TrimRight(f.Preview, "\n"); pv != "" {
@@ -81,18 +82,6 @@ func SystemPrompt(opts Options) string {
 		b.WriteString("\n" + s + "\n")
 	}
 	return b.String()
-}
-
-func humanSize(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d bytes", n)
 }
 
 // limitNote asks for the answer when the bound of tool rounds is reached. It
@@ -376,8 +365,8 @@ func clip(s string, max int) string {
 	}
 	tail := max / 4
 	head := max - tail
-	h := cutAt(s, head)
-	t := s[tailStart(s, len(s)-tail):]
+	h := textcut.Prefix(s, head)
+	t := textcut.Suffix(s, tail)
 	return fmt.Sprintf("%s\n[… %d bytes cut: the output was %d bytes …]\n%s", h, len(s)-len(h)-len(t), len(s), t)
 }
 
@@ -387,25 +376,8 @@ func clipTail(s string, max int) string {
 	if len(s) <= max {
 		return s
 	}
-	t := s[tailStart(s, len(s)-max):]
+	t := textcut.Suffix(s, max)
 	return fmt.Sprintf("[… the first %d bytes cut …]\n%s", len(s)-len(t), t)
-}
-
-// cutAt returns the longest prefix of s of at most n bytes that ends on a
-// rune boundary.
-func cutAt(s string, n int) string {
-	for n > 0 && n < len(s) && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
-}
-
-// tailStart moves i forward to a rune boundary.
-func tailStart(s string, i int) int {
-	for i < len(s) && !utf8.RuneStart(s[i]) {
-		i++
-	}
-	return i
 }
 
 // RepairHistory returns a copy of history in which every tool call has a

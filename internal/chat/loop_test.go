@@ -292,7 +292,7 @@ func TestSalesAnalysis(t *testing.T) {
 				}
 			}
 			sys := wr.system(reqs[0])
-			for _, want := range []string{"run_code", "/workspace/sales.csv", "4.0 KB", "date,product,region", "print", "matplotlib", "plt.show()"} {
+			for _, want := range []string{"run_code", "/workspace/sales.csv", "4.0 KiB", "date,product,region", "print", "matplotlib", "plt.show()"} {
 				if !strings.Contains(sys, want) {
 					t.Errorf("system prompt lacks %q:\n%s", want, sys)
 				}

@@ -3,7 +3,6 @@
 package httpapi
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -25,6 +24,7 @@ import (
 	"github.com/forkbox/forkbox/internal/image"
 	"github.com/forkbox/forkbox/internal/runtime"
 	"github.com/forkbox/forkbox/internal/sandbox"
+	sseread "github.com/forkbox/forkbox/internal/sse" // httpapi has its own sse, the writer
 	"github.com/forkbox/forkbox/internal/store"
 )
 
@@ -190,16 +190,16 @@ func checkAgentAnswer(t *testing.T, w *httptest.ResponseRecorder, last []string,
 		if w.Code != http.StatusOK {
 			t.Fatalf("an event stream with status %d", w.Code)
 		}
+		evs, err := sseread.ReadAll(bytes.NewReader(w.Body.Bytes()))
+		if err != nil {
+			t.Fatalf("reading the event stream: %v (agent answered %d %q)", err, status, agentBody)
+		}
 		var events []string
-		sc := bufio.NewScanner(bytes.NewReader(w.Body.Bytes()))
-		sc.Buffer(nil, 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			if ev, ok := strings.CutPrefix(line, "event: "); ok {
-				events = append(events, ev)
-			} else if data, ok := strings.CutPrefix(line, "data: "); ok && !json.Valid([]byte(data)) {
-				t.Fatalf("event data %q is not JSON (agent answered %d %q)", data, status, agentBody)
+		for _, ev := range evs {
+			if !json.Valid(ev.Data) {
+				t.Fatalf("event %s data %q is not JSON (agent answered %d %q)", ev.Name, ev.Data, status, agentBody)
 			}
+			events = append(events, ev.Name)
 		}
 		if len(events) == 0 || (len(last) > 0 && !slices.Contains(last, events[len(events)-1])) {
 			t.Fatalf("event stream %v does not end with one of %v (agent answered %d %q):\n%s", events, last, status, agentBody, w.Body.Bytes())

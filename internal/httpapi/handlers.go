@@ -8,12 +8,12 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/forkbox/forkbox/api"
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/sandbox"
 	"github.com/forkbox/forkbox/internal/store"
+	"github.com/forkbox/forkbox/internal/textcut"
 )
 
 func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
@@ -230,18 +230,9 @@ type utf8Carry struct{ pending []byte }
 
 func (c *utf8Carry) take(b []byte) string {
 	buf := append(c.pending, b...)
-	cut := len(buf)
-	// Look back at most 3 bytes for the start of an incomplete rune.
-	for i := len(buf) - 1; i >= 0 && i >= len(buf)-3; i-- {
-		if utf8.RuneStart(buf[i]) {
-			if !utf8.FullRune(buf[i:]) {
-				cut = i
-			}
-			break
-		}
-	}
-	c.pending = append([]byte(nil), buf[cut:]...)
-	return string(buf[:cut])
+	whole := textcut.Complete(buf)
+	c.pending = append([]byte(nil), buf[len(whole):]...)
+	return string(whole)
 }
 
 func (c *utf8Carry) flush() string {

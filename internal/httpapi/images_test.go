@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"archive/tar"
-	"bufio"
 	"bytes"
 	"compress/gzip"
 	"context"
@@ -32,6 +31,7 @@ import (
 	"github.com/forkbox/forkbox/internal/netsetup"
 	"github.com/forkbox/forkbox/internal/runtime"
 	"github.com/forkbox/forkbox/internal/sandbox"
+	sseread "github.com/forkbox/forkbox/internal/sse" // httpapi has its own sse, the writer
 	"github.com/forkbox/forkbox/internal/store"
 )
 
@@ -293,28 +293,27 @@ func (a answer) events(t *testing.T) (events []sseEvent, comments int) {
 	if !strings.HasPrefix(a.ctype, "text/event-stream") {
 		t.Fatalf("answer %d %s %q is not an event stream", a.status, a.ctype, a.body)
 	}
-	sc := bufio.NewScanner(bytes.NewReader(a.body))
-	var name string
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case strings.HasPrefix(line, ":"):
+	evs, err := sseread.ReadAll(bytes.NewReader(a.body))
+	if err != nil {
+		t.Fatalf("reading the event stream: %v", err)
+	}
+	for _, ev := range evs {
+		e := sseEvent{name: ev.Name}
+		var err error
+		if ev.Name == api.BuildEventError {
+			err = json.Unmarshal(ev.Data, &e.err)
+		} else {
+			err = json.Unmarshal(ev.Data, &e.ev)
+		}
+		if err != nil {
+			t.Fatalf("event %s data %q: %v", ev.Name, ev.Data, err)
+		}
+		events = append(events, e)
+	}
+	// The reader skips comments (the stream's keepalives): count them here.
+	for _, line := range strings.Split(string(a.body), "\n") {
+		if strings.HasPrefix(line, ":") {
 			comments++
-		case strings.HasPrefix(line, "event: "):
-			name = strings.TrimPrefix(line, "event: ")
-		case strings.HasPrefix(line, "data: "):
-			data := []byte(strings.TrimPrefix(line, "data: "))
-			e := sseEvent{name: name}
-			var err error
-			if name == api.BuildEventError {
-				err = json.Unmarshal(data, &e.err)
-			} else {
-				err = json.Unmarshal(data, &e.ev)
-			}
-			if err != nil {
-				t.Fatalf("event %s data %q: %v", name, data, err)
-			}
-			events = append(events, e)
 		}
 	}
 	return events, comments

@@ -23,6 +23,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/forkbox/forkbox/internal/errdefs"
+	"github.com/forkbox/forkbox/internal/units"
 )
 
 // ExtractOptions says how ExtractTar turns archive entries into files.
@@ -591,7 +592,7 @@ func (s *Store) importImage(ctx context.Context, name string, img v1.Image, dige
 		if err != nil {
 			return nil, fmt.Errorf("import image %q: %w", name, err)
 		}
-		line := fmt.Sprintf("layer %d/%d %s %s", i+1, len(layers), shortDigest(diffID), formatSize(rec.SizeBytes))
+		line := fmt.Sprintf("layer %d/%d %s %s", i+1, len(layers), shortDigest(diffID), units.Bytes(rec.SizeBytes))
 		if cached {
 			line += " (cached)"
 		}
@@ -726,22 +727,6 @@ func shortDigest(h v1.Hash) string {
 		return h.String()
 	}
 	return h.Algorithm + ":" + h.Hex[:12] + "…"
-}
-
-// formatSize renders n bytes in decimal units ("12.3 MB").
-func formatSize(n int64) string {
-	const unit = 1000
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	f := float64(n)
-	for _, u := range []string{"kB", "MB", "GB", "TB"} {
-		f /= unit
-		if f < unit || u == "TB" {
-			return fmt.Sprintf("%.1f %s", f, u)
-		}
-	}
-	return fmt.Sprintf("%d B", n)
 }
 
 // resolveUser turns an OCI config's user ("uid", "uid:gid", "name",

@@ -112,16 +112,6 @@ func TestCleanEntryName(t *testing.T) {
 	}
 }
 
-func TestFormatSize(t *testing.T) {
-	for n, want := range map[int64]string{
-		0: "0 B", 999: "999 B", 1000: "1.0 kB", 12_300_000: "12.3 MB", 4_500_000_000: "4.5 GB",
-	} {
-		if got := formatSize(n); got != want {
-			t.Errorf("formatSize(%d) = %q, want %q", n, got, want)
-		}
-	}
-}
-
 func TestParseID(t *testing.T) {
 	for in, want := range map[string]int{"0": 0, "1000": 1000, "2147483646": 2147483646} {
 		if got, ok := parseID(in); !ok || got != want {

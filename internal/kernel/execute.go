@@ -6,7 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
-	"unicode/utf8"
+
+	"github.com/forkbox/forkbox/internal/textcut"
 )
 
 // Execute runs code as one cell and returns its execution (docs/API.md, "The
@@ -256,16 +257,12 @@ func (c *cell) handle(m *message) {
 		// A kernel may send a stream's output as one message of any size;
 		// events go out in pieces of at most maxEventText, cut between
 		// characters, so that no line of the agent's answer grows with it.
+		// maxEventText is far over a character's size, so no piece is empty
+		// (textcut.Prefix), and the loop ends.
 		for text := s.Text; text != ""; {
-			n := min(len(text), maxEventText)
-			for n < len(text) && n > 0 && !utf8.RuneStart(text[n]) {
-				n--
-			}
-			if n == 0 {
-				n = min(len(text), maxEventText)
-			}
-			c.emit(Event{Type: s.Name, Text: text[:n]})
-			text = text[n:]
+			piece := textcut.Prefix(text, maxEventText)
+			c.emit(Event{Type: s.Name, Text: piece})
+			text = text[len(piece):]
 		}
 	case "display_data", "execute_result", "update_display_data":
 		var d struct {

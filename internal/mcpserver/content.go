@@ -142,21 +142,3 @@ func isImage(mime string) bool {
 func isText(data []byte) bool {
 	return utf8.Valid(data) && bytes.IndexByte(data, 0) < 0
 }
-
-// trimPartialRune drops an incomplete UTF-8 sequence at the end of data (a
-// file cut at a byte limit).
-func trimPartialRune(data []byte) []byte {
-	for i := 1; i <= utf8.UTFMax && i <= len(data); i++ {
-		c := data[len(data)-i]
-		if c < utf8.RuneSelf { // ASCII: nothing cut
-			return data
-		}
-		if utf8.RuneStart(c) {
-			if !utf8.FullRune(data[len(data)-i:]) {
-				return data[:len(data)-i]
-			}
-			return data
-		}
-	}
-	return data
-}

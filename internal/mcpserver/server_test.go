@@ -569,17 +569,6 @@ func TestFileTools(t *testing.T) {
 	}
 }
 
-func TestTrimPartialRune(t *testing.T) {
-	for in, want := range map[string]string{
-		"abc": "abc", "ab\xc3": "ab", "ab\xc3\xa9": "ab\xc3\xa9", "a\xe2\x82": "a", "a\xe2\x82\xac": "a\xe2\x82\xac",
-		"\xf0\x9f\x98": "", "": "",
-	} {
-		if got := string(trimPartialRune([]byte(in))); got != want {
-			t.Errorf("trimPartialRune(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 // fakeAPI serves a few routes of the forkbox HTTP API, enough to check the
 // in-process client and the /mcp endpoint.
 func fakeAPI(t *testing.T, started chan<- struct{}, cancelled chan<- struct{}) http.Handler {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/forkbox/forkbox/api"
 	"github.com/forkbox/forkbox/client"
+	"github.com/forkbox/forkbox/internal/textcut"
 )
 
 // The tools' inputs. The SDK infers each tool's JSON schema from these
@@ -437,7 +438,7 @@ func fileResult(path string, data []byte, truncated, forceBase64 bool) (*mcp.Cal
 	}
 	text := data
 	if truncated {
-		text = trimPartialRune(text)
+		text = textcut.Complete(text)
 	}
 	if isText(text) {
 		return textResult(string(text) + note), nil, nil

@@ -15,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/forkbox/forkbox/api"
+	"github.com/forkbox/forkbox/internal/textcut"
 )
 
 // The SDK decodes and checks the tools' JSON arguments against their
@@ -136,7 +137,7 @@ func FuzzFileResult(f *testing.F) {
 			text := res.Content[0].(*mcp.TextContent).Text
 			shown := data
 			if truncated {
-				shown = trimPartialRune(data)
+				shown = textcut.Complete(data)
 			}
 			if isText(shown) && !strings.HasPrefix(text, string(shown)) {
 				t.Fatalf("fileResult(%q) shows text %q", data, text)

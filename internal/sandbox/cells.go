@@ -9,6 +9,7 @@ import (
 	"github.com/forkbox/forkbox/api"
 	"github.com/forkbox/forkbox/internal/batch"
 	"github.com/forkbox/forkbox/internal/store"
+	"github.com/forkbox/forkbox/internal/textcut"
 )
 
 // A sandbox's cell history: every cell it runs is recorded (in batches,
@@ -110,9 +111,10 @@ func cutLog(chunks []string) []string {
 			for _, d := range chunks[i:] {
 				rest += len(d)
 			}
-			keep := maxCellLogBytes - total
+			// Cut between characters: a split one would be kept as U+FFFD.
+			kept := textcut.Prefix(c, maxCellLogBytes-total)
 			out := append([]string{}, chunks[:i]...)
-			return append(out, c[:keep], fmt.Sprintf("\n[… %d more bytes not kept in the cell history]\n", rest-keep))
+			return append(out, kept, fmt.Sprintf("\n[… %d more bytes not kept in the cell history]\n", rest-len(kept)))
 		}
 		total += len(c)
 	}

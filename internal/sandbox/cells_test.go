@@ -53,4 +53,17 @@ func TestKeptExecution(t *testing.T) {
 	if small.Results[0]["omitted"] != nil || big.Results[0]["png"] == nil {
 		t.Errorf("the run's own execution was changed")
 	}
+	// A character across the bound is not split: it goes with the rest.
+	split := &api.Execution{Logs: api.Logs{Stdout: []string{strings.Repeat("a", maxCellLogBytes-1) + "é" + strings.Repeat("b", 9)}}}
+	if b, err = keptExecution(split); err != nil {
+		t.Fatal(err)
+	}
+	got = api.Execution{}
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	want := strings.Repeat("a", maxCellLogBytes-1) + "\n[… 11 more bytes not kept"
+	if out := strings.Join(got.Logs.Stdout, ""); !strings.HasPrefix(out, want) {
+		t.Errorf("a log cut inside a character: %q…, want %q…", out[max(0, len(out)-60):], want[len(want)-40:])
+	}
 }

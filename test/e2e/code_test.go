@@ -18,6 +18,7 @@ import (
 
 	"github.com/forkbox/forkbox/api"
 	"github.com/forkbox/forkbox/internal/errdefs"
+	"github.com/forkbox/forkbox/internal/sse"
 )
 
 // runCode posts a cell and decodes the execution (raw HTTP: the contract's
@@ -383,43 +384,24 @@ func TestCodeStreaming(t *testing.T) {
 	}
 	var events []string
 	var stdout []string
-	buf := make([]byte, 0, 4096)
-	tmp := make([]byte, 4096)
 	wrote := false
+	stream := sse.NewReader(resp.Body)
 	for {
-		n, err := resp.Body.Read(tmp)
-		buf = append(buf, tmp[:n]...)
-		for {
-			i := bytes.Index(buf, []byte("\n\n"))
-			if i < 0 {
-				break
-			}
-			block := string(buf[:i])
-			buf = buf[i+2:]
-			var name, data string
-			for _, line := range strings.Split(block, "\n") {
-				if v, ok := strings.CutPrefix(line, "event: "); ok {
-					name = v
-				}
-				if v, ok := strings.CutPrefix(line, "data: "); ok {
-					data = v
-				}
-			}
-			events = append(events, name)
-			if name == "stdout" {
-				var c api.OutputChunk
-				json.Unmarshal([]byte(data), &c)
-				stdout = append(stdout, c.Data)
-				if !wrote {
-					wrote = true
-					if _, err := shared.c.WriteFile(context.Background(), sb.ID, "/workspace/go-on", strings.NewReader("1"), 0o644); err != nil {
-						t.Fatal(err)
-					}
-				}
-			}
-		}
+		ev, err := stream.Next()
 		if err != nil {
-			break
+			break // the end of the stream; what it held is checked below
+		}
+		events = append(events, ev.Name)
+		if ev.Name == "stdout" {
+			var c api.OutputChunk
+			json.Unmarshal(ev.Data, &c)
+			stdout = append(stdout, c.Data)
+			if !wrote {
+				wrote = true
+				if _, err := shared.c.WriteFile(context.Background(), sb.ID, "/workspace/go-on", strings.NewReader("1"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
 		}
 	}
 	if strings.Join(events, ",") != "stdout,stdout,stdout,done" || strings.Join(stdout, "") != "0\n1\n2\n" {

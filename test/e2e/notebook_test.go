@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"encoding/base64"
 	binenc "encoding/binary"
 	"encoding/json"
@@ -14,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/forkbox/forkbox/api"
+	"github.com/forkbox/forkbox/internal/sse"
 )
 
 // nbValidate checks a notebook with Jupyter's own nbformat (Debian's
@@ -138,19 +138,17 @@ func TestNotebook(t *testing.T) {
 	}
 	var events []string
 	var done api.NotebookRun
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	for ev := ""; sc.Scan(); {
-		line := sc.Text()
-		switch {
-		case strings.HasPrefix(line, "event: "):
-			ev = strings.TrimPrefix(line, "event: ")
-			events = append(events, ev)
-		case strings.HasPrefix(line, "data: ") && ev == api.EventDone:
-			json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &done)
+	evs, err := sse.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatalf("reading the notebook's event stream: %v", err)
+	}
+	for _, ev := range evs {
+		events = append(events, ev.Name)
+		if ev.Name == api.EventDone {
+			json.Unmarshal(ev.Data, &done)
 		}
 	}
-	resp.Body.Close()
 	if strings.Join(events, ",") != "cell,cell,done" || done.Ran != 2 || done.Total != 3 || !done.Stopped {
 		t.Fatalf("streamed run of a failing notebook: events %v, done %+v", events, done)
 	}

@@ -32,6 +32,7 @@ import (
 	"github.com/forkbox/forkbox/internal/chat/chattest"
 	"github.com/forkbox/forkbox/internal/e2b"
 	"github.com/forkbox/forkbox/internal/errdefs"
+	"github.com/forkbox/forkbox/internal/sse"
 )
 
 // The random HTTP driver: every route of the daemon gets requests with
@@ -1697,34 +1698,14 @@ func rhErrorBody(b []byte) (api.ErrorBody, error) {
 	return *e.Error, nil
 }
 
-type rhEvent struct{ name, data string }
-
-func rhParseSSE(b []byte) []rhEvent {
-	var out []rhEvent
-	var cur rhEvent
-	var data []string
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(make([]byte, 1<<20), rhMaxRead)
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case line == "":
-			if cur.name != "" || len(data) > 0 {
-				cur.data = strings.Join(data, "\n")
-				out = append(out, cur)
-			}
-			cur, data = rhEvent{}, nil
-		case strings.HasPrefix(line, "event:"):
-			cur.name = strings.TrimSpace(strings.TrimPrefix(line, "event:"))
-		case strings.HasPrefix(line, "data:"):
-			data = append(data, strings.TrimPrefix(strings.TrimPrefix(line, "data:"), " "))
-		}
-	}
-	if cur.name != "" || len(data) > 0 {
-		cur.data = strings.Join(data, "\n")
-		out = append(out, cur)
-	}
-	return out
+// rhEvents parses the kept part of an SSE answer. A last event that the
+// stream did not finish (no blank line after it) is not among them, so a
+// stream cut inside its final event counts as cut.
+func rhEvents(body []byte) []sse.Event {
+	// The kept body is at most rhMaxRead bytes, so no line can be over
+	// sse.MaxLine and reading bytes fails in no other way.
+	evs, _ := sse.ReadAll(bytes.NewReader(body))
+	return evs
 }
 
 // checkStream checks an SSE answer: it ends with the route's last event
@@ -1741,22 +1722,22 @@ func (run *rhRun) checkStream(req *rhRequest, body []byte, show func() string) {
 		run.fail("an SSE answer from a route that does not stream\n  request: %s\n  answer: %s", req, show())
 		return
 	}
-	evs := rhParseSSE(body)
-	if len(evs) == 0 || !slices.Contains(final, evs[len(evs)-1].name) {
+	evs := rhEvents(body)
+	if len(evs) == 0 || !slices.Contains(final, evs[len(evs)-1].Name) {
 		run.fail("SSE stream cut before its last event (want one of %v)\n  request: %s\n  answer: %s", final, req, show())
 		return
 	}
 	for _, ev := range evs {
-		if ev.name != errEvent {
+		if ev.Name != errEvent {
 			continue
 		}
 		var e api.ErrorBody
-		if err := json.Unmarshal([]byte(ev.data), &e); err != nil || e.Message == "" || errdefs.FromCode(e.Code) == nil {
-			run.fail("SSE %s event is not an error body: %q\n  request: %s", ev.name, ev.data, req)
+		if err := json.Unmarshal(ev.Data, &e); err != nil || e.Message == "" || errdefs.FromCode(e.Code) == nil {
+			run.fail("SSE %s event is not an error body: %q\n  request: %s", ev.Name, ev.Data, req)
 			continue
 		}
 		if st, _ := errdefs.HTTPStatus(errdefs.FromCode(e.Code)); st >= 500 && !(e.Code == "unavailable" && run.unavailableOK(rt)) {
-			run.fail("SSE %s event with a server error %s: %s\n  request: %s", ev.name, e.Code, e.Message, req)
+			run.fail("SSE %s event with a server error %s: %s\n  request: %s", ev.Name, e.Code, e.Message, req)
 		}
 	}
 }
@@ -1816,15 +1797,15 @@ func (run *rhRun) harvest(rt *rhRoute, body []byte) {
 }
 
 func (run *rhRun) harvestStream(rt *rhRoute, body []byte) {
-	for _, ev := range rhParseSSE(body) {
-		if ev.name == "done" && rt.stream == "build" {
+	for _, ev := range rhEvents(body) {
+		if ev.Name == "done" && rt.stream == "build" {
 			var e api.BuildEvent
-			if json.Unmarshal([]byte(ev.data), &e) == nil && e.Image != nil && strings.HasPrefix(e.Image.Name, rhImagePrefix) {
+			if json.Unmarshal(ev.Data, &e) == nil && e.Image != nil && strings.HasPrefix(e.Image.Name, rhImagePrefix) {
 				run.st.add("image", e.Image.Name)
 			}
 			continue
 		}
-		run.harvest(&rhRoute{}, []byte(ev.data))
+		run.harvest(&rhRoute{}, ev.Data)
 	}
 }
 
