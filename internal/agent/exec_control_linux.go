@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-
 	"sync"
 	"sync/atomic"
 	"time"

@@ -303,7 +303,7 @@ func TestJupyterKernel(t *testing.T) {
 	await("kernel_info_reply after the restart", reply("shell", "kernel_info_reply", id))
 
 	// So does a death: the next send starts a fresh kernel.
-	id = send("shell", "execute_request", nil, execute("import os; os._exit(1)"))
+	send("shell", "execute_request", nil, execute("import os; os._exit(1)"))
 	for {
 		list, err := c.ListContexts(ctx)
 		if err != nil {

@@ -73,12 +73,12 @@ func (e *NotFoundError) Is(target error) bool { return target == errdefs.ErrNotF
 
 // Config is a parsed store URL.
 type config struct {
-	bucket, prefix       string
-	endpoint             string
-	secure               bool
-	region               string
-	key, secret, session string
-	fromURL              bool // credentials in the URL
+	bucket, prefix string
+	endpoint       string
+	secure         bool
+	region         string
+	key, secret    string
+	fromURL        bool // credentials in the URL
 }
 
 func parse(rawURL string) (*config, string, error) {

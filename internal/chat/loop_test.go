@@ -348,8 +348,7 @@ func TestRoundBound(t *testing.T) {
 	for _, wr := range wires {
 		for _, final := range []string{"ignores tool_choice", "fails", "answers"} {
 			t.Run(wr.name+"/final call "+final, func(t *testing.T) {
-				var w *wireServer
-				w = wr.server(t)
+				w := wr.server(t)
 				w.SetNext(func(n int, req map[string]any) turn {
 					if wr.toolChoiceNone(req) {
 						switch final {

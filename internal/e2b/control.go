@@ -307,7 +307,7 @@ func (ct *control) connect(w http.ResponseWriter, r *http.Request) error {
 	}
 	status := http.StatusOK
 	if sb.State == api.StateSuspended || sb.State == api.StateSuspending || sb.State == api.StateResuming {
-		if sb, err = ct.c.Resume(ctx, sb.ID); err != nil && !errors.Is(err, errdefs.ErrFailedPrecondition) {
+		if _, err := ct.c.Resume(ctx, sb.ID); err != nil && !errors.Is(err, errdefs.ErrFailedPrecondition) {
 			return err
 		}
 		status = http.StatusCreated

@@ -169,9 +169,10 @@ func helperDir(t testing.TB) string {
 		}
 		return dir
 	}
+	// go test puts its own go first on the PATH of the test binary.
 	goTool, err := exec.LookPath("go")
 	if err != nil {
-		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
+		t.Fatalf("the test binary is linked with cgo (AllThreadsSyscall unsupported, e.g. -race), and no go command builds a CGO_ENABLED=0 helper: %v", err)
 	}
 	cmd := exec.Command(goTool, "test", "-c", "-o", bin, ".")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=")

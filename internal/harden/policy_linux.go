@@ -78,14 +78,14 @@ func dockerProfile(caps []string) (*profile, error) {
 		return nil, fmt.Errorf("evaluate Docker's default seccomp profile: %w", err)
 	}
 	if sc.DefaultAction != specs.ActErrno || sc.DefaultErrnoRet != nil && *sc.DefaultErrnoRet != uint(unix.EPERM) {
-		return nil, fmt.Errorf("Docker's default seccomp profile refuses with %s (errno %v); harden only implements EPERM", sc.DefaultAction, sc.DefaultErrnoRet)
+		return nil, fmt.Errorf("the Docker default seccomp profile refuses with %s (errno %v); harden only implements EPERM", sc.DefaultAction, sc.DefaultErrnoRet)
 	}
 	p := &profile{allow: map[string]bool{}, args: map[string][]specs.LinuxSyscall{}, errno: map[string]syscall.Errno{}}
 	for _, rule := range sc.Syscalls {
 		for _, name := range rule.Names {
 			if _, ok := nativeCalls.SyscallNames[name]; !ok {
 				if !otherABICall(name) {
-					return nil, fmt.Errorf("Docker's default seccomp profile names %q, which is no %s system call go-seccomp-bpf knows: update its tables, or list the name in otherArchCalls if it belongs to another architecture", name, nativeCalls.Name)
+					return nil, fmt.Errorf("the Docker default seccomp profile names %q, which is no %s system call go-seccomp-bpf knows: update its tables, or list the name in otherArchCalls if it belongs to another architecture", name, nativeCalls.Name)
 				}
 				p.other = append(p.other, name)
 				continue
@@ -101,11 +101,11 @@ func dockerProfile(caps []string) (*profile, error) {
 					e = syscall.Errno(*rule.ErrnoRet)
 				}
 				if e == 0 || e > 4095 {
-					return nil, fmt.Errorf("Docker's default seccomp profile refuses %s with errno %d, which seccomp cannot return", name, e)
+					return nil, fmt.Errorf("the Docker default seccomp profile refuses %s with errno %d, which seccomp cannot return", name, e)
 				}
 				p.errno[name] = e
 			default:
-				return nil, fmt.Errorf("Docker's default seccomp profile has a %s rule for %s with %d argument conditions; harden implements only allow rules and unconditional errno rules", rule.Action, name, len(rule.Args))
+				return nil, fmt.Errorf("the Docker default seccomp profile has a %s rule for %s with %d argument conditions; harden implements only allow rules and unconditional errno rules", rule.Action, name, len(rule.Args))
 			}
 		}
 	}
@@ -116,7 +116,7 @@ func dockerProfile(caps []string) (*profile, error) {
 	}
 	for name := range p.errno {
 		if p.allow[name] || p.args[name] != nil {
-			return nil, fmt.Errorf("Docker's default seccomp profile both allows and refuses %s", name)
+			return nil, fmt.Errorf("the Docker default seccomp profile both allows and refuses %s", name)
 		}
 	}
 	slices.Sort(p.other)
@@ -278,7 +278,7 @@ func forkboxPolicy() (*policy, error) {
 	}
 	for name := range p.args {
 		if !slices.ContainsFunc(pol.rules, func(r argRule) bool { return r.name == name }) {
-			return nil, fmt.Errorf("Docker's default seccomp profile allows %s for some arguments only, and harden has no argument rule for it", name)
+			return nil, fmt.Errorf("the Docker default seccomp profile allows %s for some arguments only, and harden has no argument rule for it", name)
 		}
 	}
 	pol.allow = slices.Sorted(maps.Keys(allow))

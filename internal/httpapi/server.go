@@ -33,6 +33,7 @@ import (
 	"github.com/forkbox/forkbox/internal/tenant"
 	"github.com/forkbox/forkbox/web"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -173,7 +174,7 @@ func New(cfg Config, mgr *sandbox.Manager) (*Server, error) {
 	s.panics = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "forkbox_http_panics_total", Help: "Panics recovered in request handlers (each one a bug, logged with its stack).",
 	})
-	s.reg.MustRegister(s.requests, s.panics, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	s.reg.MustRegister(s.requests, s.panics, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if err := mgr.Register(s.reg); err != nil {
 		return nil, err
 	}

@@ -697,8 +697,8 @@ func TestResolveUser(t *testing.T) {
 }
 
 // extractErr extracts ents into a fresh root beside an "outside" directory
-// and returns the error, the root and the outside directory.
-func extractErr(t *testing.T, opts ExtractOptions, ents ...tarEntry) (error, string, string) {
+// and returns the root, the outside directory and the error.
+func extractErr(t *testing.T, opts ExtractOptions, ents ...tarEntry) (string, string, error) {
 	t.Helper()
 	top := t.TempDir()
 	root, outside := filepath.Join(top, "root"), filepath.Join(top, "outside")
@@ -715,7 +715,7 @@ func extractErr(t *testing.T, opts ExtractOptions, ents ...tarEntry) (error, str
 		ents[i].link = strings.ReplaceAll(ents[i].link, "OUTSIDE", outside)
 	}
 	err := ExtractTar(context.Background(), bytes.NewReader(mkTar(t, ents...)), root, opts)
-	return err, root, outside
+	return root, outside, err
 }
 
 // checkOutside fails if anything but target.txt, unchanged, is in outside.
@@ -766,7 +766,7 @@ func TestExtractTarEscapes(t *testing.T) {
 		"symlink with no target": {{name: "s", typ: tar.TypeSymlink}},
 	} {
 		t.Run(what, func(t *testing.T) {
-			err, root, outside := extractErr(t, layer, ents...)
+			root, outside, err := extractErr(t, layer, ents...)
 			if !errors.Is(err, errdefs.ErrInvalidArgument) {
 				t.Errorf("ExtractTar = %v, want ErrInvalidArgument", err)
 			} else {
@@ -780,7 +780,7 @@ func TestExtractTarEscapes(t *testing.T) {
 	}
 
 	// Replacing a symlink by a file replaces the link, never its target.
-	err, root, outside := extractErr(t, layer,
+	root, outside, err := extractErr(t, layer,
 		tarEntry{name: "s", typ: tar.TypeSymlink, link: "OUTSIDE/target.txt"},
 		tarEntry{name: "s", body: "pwned"},
 		tarEntry{name: "d", typ: tar.TypeSymlink, link: "OUTSIDE"},
@@ -809,7 +809,7 @@ func TestExtractTarEscapes(t *testing.T) {
 	}
 
 	// A symlink that stays inside is followed, inside.
-	err, root, outside = extractErr(t, layer,
+	root, outside, err = extractErr(t, layer,
 		tarEntry{name: "real/", typ: tar.TypeDir},
 		tarEntry{name: "in", typ: tar.TypeSymlink, link: "real"},
 		tarEntry{name: "in/f", body: "via link"},
@@ -826,7 +826,7 @@ func TestExtractTarEscapes(t *testing.T) {
 
 func TestExtractTarReplaces(t *testing.T) {
 	requireRoot(t)
-	err, root, _ := extractErr(t, ExtractOptions{Whiteouts: true, KeepOwners: true},
+	root, _, err := extractErr(t, ExtractOptions{Whiteouts: true, KeepOwners: true},
 		tarEntry{name: "x/deep/file", body: "1"},
 		tarEntry{name: "x", body: "file now"}, // a file replaces a tree
 		tarEntry{name: "y", body: "file"},

@@ -395,12 +395,3 @@ func tail(path string, n int) string {
 	}
 	return "\n" + strings.Join(keep, "\n")
 }
-
-// nsInode returns the inode of a process's namespace of kind.
-func nsInode(pid int, kind string) (uint64, error) {
-	var st unix.Stat_t
-	if err := unix.Stat(fmt.Sprintf("/proc/%d/ns/%s", pid, kind), &st); err != nil {
-		return 0, fmt.Errorf("%s namespace of %d: %w", kind, pid, err)
-	}
-	return st.Ino, nil
-}

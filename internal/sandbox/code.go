@@ -3,13 +3,13 @@ package sandbox
 import (
 	"context"
 	"fmt"
-	"github.com/forkbox/forkbox/internal/lazyre"
 	"strings"
 	"time"
 
 	"github.com/forkbox/forkbox/api"
 	"github.com/forkbox/forkbox/internal/agent"
 	"github.com/forkbox/forkbox/internal/errdefs"
+	"github.com/forkbox/forkbox/internal/lazyre"
 )
 
 var (

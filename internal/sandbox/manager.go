@@ -15,7 +15,6 @@ import (
 	"encoding/base32"
 	"errors"
 	"fmt"
-	"github.com/forkbox/forkbox/internal/lazyre"
 	"io"
 	"log/slog"
 	"maps"
@@ -33,6 +32,7 @@ import (
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/image"
 	"github.com/forkbox/forkbox/internal/keylock"
+	"github.com/forkbox/forkbox/internal/lazyre"
 	"github.com/forkbox/forkbox/internal/netsetup"
 	"github.com/forkbox/forkbox/internal/runtime"
 	"github.com/forkbox/forkbox/internal/snapshot"
@@ -1081,7 +1081,7 @@ func (m *Manager) Exec(ctx context.Context, ref string, req *api.ExecRequest, op
 		Signal: st.Signal, TimedOut: st.TimedOut, Error: st.Error}
 	if st.Signal == "SIGKILL" && !st.TimedOut && m.rt.OOMKills(l.id) > before {
 		res.OOMKilled = true
-		res.Error = fmt.Sprintf("killed by the kernel: out of memory (the sandbox's memory_mb limit was reached)")
+		res.Error = "killed by the kernel: out of memory (the sandbox's memory_mb limit was reached)"
 	}
 	return res, nil
 }

@@ -16,9 +16,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/forkbox/forkbox/internal/agent"
-
 	"golang.org/x/sys/unix"
+
+	"github.com/forkbox/forkbox/internal/agent"
 )
 
 // UserLimits are the sandbox's user namespace limits (/proc/sys/user/*).

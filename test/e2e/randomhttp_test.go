@@ -1134,7 +1134,6 @@ type rhState struct {
 type rhFixtures struct {
 	named, plain, susp, term string // sandbox ids
 	fsSnap, memSnap          string
-	pool                     string
 	conv, convSandbox        string
 	upload                   string
 	ctx                      string
