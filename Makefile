@@ -15,7 +15,7 @@ ARGS   ?=
 # Run privileged steps directly as root, else through sudo when present.
 SUDO := $(shell if [ "$$(id -u)" -ne 0 ]; then command -v sudo; fi)
 
-.PHONY: all build install setup image run test bench soak fmt fmt-check vet clean
+.PHONY: all build install setup image run test bench soak fmt fmt-check vet lint clean
 
 all: build
 
@@ -55,7 +55,7 @@ run: setup build install image
 
 # The output also goes to bin/test.log; on a failure, scripts/test-digest.sh
 # repeats each failing test's messages at the end, where CI's cut shows them.
-test: setup build image fmt-check vet
+test: setup build image fmt-check vet lint
 	@set -o pipefail; $(GO) test -race -count=1 -timeout 25m ./... 2>&1 | tee bin/test.log || \
 		{ rc=$$?; ./scripts/test-digest.sh bin/test.log; exit $$rc; }
 
@@ -106,6 +106,11 @@ fmt-check:
 
 vet:
 	$(GO) vet ./...
+
+# staticcheck (pinned in go.mod, run with go tool) for the daemon's and the
+# agent's builds, and the import grouping check; see scripts/lint.sh.
+lint:
+	GO=$(GO) ./scripts/lint.sh
 
 clean:
 	rm -rf bin
