@@ -1,10 +1,22 @@
 package main
 
 import (
+	"flag"
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/forkbox/forkbox/internal/tools/deps"
 )
+
+var updateDeps = flag.Bool("update", false, "rewrite deps.txt from what forkbox-agent links")
+
+// deps.txt lists every package outside the standard library that the agent
+// links (built as make build builds it, with the tag forkbox_agent), so that
+// anything new in what every sandbox runs is a reviewed diff of it.
+func TestDeps(t *testing.T) {
+	deps.Check(t, "deps.txt", *updateDeps, "forkbox_agent")
+}
 
 // The agent binary runs in every sandbox: what it links is what each
 // sandbox's init and agent initialise at start, and what a subverted agent
