@@ -94,8 +94,9 @@ type testWire struct {
 	Labels   map[string]string `json:"labels,omitempty"`
 	Free     map[string]any    `json:"free,omitempty"`
 	Tags     []string          `json:"tags"`
-	hidden   string
-	Skipped  string `json:"-"`
+	//lint:ignore U1000 only reflection sees it: the schema must leave unexported fields out
+	hidden  string
+	Skipped string `json:"-"`
 }
 
 func testGen() *gen {

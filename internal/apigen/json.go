@@ -219,33 +219,3 @@ func writeString(buf *bytes.Buffer, s string) {
 	enc.Encode(s) // a string always encodes
 	buf.WriteString(strings.TrimSuffix(b.String(), "\n"))
 }
-
-// equalJSON reports whether two decoded values are the same JSON.
-func equalJSON(a, b any) bool {
-	switch a := a.(type) {
-	case *object:
-		b, ok := b.(*object)
-		if !ok || a.len() != b.len() {
-			return false
-		}
-		for _, k := range a.keys {
-			if !b.has(k) || !equalJSON(a.vals[k], b.vals[k]) {
-				return false
-			}
-		}
-		return true
-	case []any:
-		b, ok := b.([]any)
-		if !ok || len(a) != len(b) {
-			return false
-		}
-		for i := range a {
-			if !equalJSON(a[i], b[i]) {
-				return false
-			}
-		}
-		return true
-	default:
-		return a == b
-	}
-}
