@@ -12,6 +12,8 @@
 #    of the two builds uses is not reported unused.
 #  - importgroups (internal/tools/importgroups): the standard library's
 #    imports first, a blank line, then the rest.
+#  - go mod tidy -diff: go.mod and go.sum say exactly what the code uses
+#    (a dependency used directly is not marked indirect).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
@@ -30,4 +32,5 @@ else
 	status=1
 fi
 "$GO" run ./internal/tools/importgroups . || status=1
+"$GO" mod tidy -diff || status=1
 exit $status
