@@ -1,8 +1,9 @@
-// The UI's event-stream parser (static/sse.js) and the TypeScript SDK's
-// (sdk/js/dist/sse.js) fed the same streams, whole, split at every position
-// and one character at a time: both must give the events the standard
-// gives, so the two never disagree (on a stream cut in an event, CRLF,
-// comments, multi-line data, a byte order mark).
+// The UI's event-stream parser (static/sse.js, a copy of the TypeScript
+// SDK's sdk/js/dist/sse.js that TestSSEIsTheSDKs keeps identical) and the
+// SDK's own, fed the same streams, whole, split at every position and one
+// character at a time: both must give the events the standard gives (on a
+// stream cut in an event, CRLF, comments, multi-line data, a byte order
+// mark). Both are run so that a stale copy fails here too.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { SSEParser, readSSE } from '../static/sse.js';

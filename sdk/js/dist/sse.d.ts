@@ -8,9 +8,9 @@
  * `retry` fields are accepted and ignored (nothing reconnects).
  *
  * The parser is incremental: feed it text in chunks of any size, split
- * anywhere (even between the CR and LF of one line end). The web UI's parser
- * (web/static/sse.js) is the same algorithm, and its tests check that both
- * give the same events for the same streams.
+ * anywhere (even between the CR and LF of one line end). The web UI reads
+ * event streams with this same parser: web/static/sse.js is a copy of the
+ * compiled dist/sse.js, kept identical by web's TestSSEIsTheSDKs.
  *
  * @module
  */
