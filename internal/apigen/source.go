@@ -109,17 +109,12 @@ func (src *source) addType(gd *ast.GenDecl, ts *ast.TypeSpec) {
 	}
 }
 
-// specRef matches references to a document outside the repository, which
-// mean nothing to a reader of the API's description.
-var specRef = regexp.MustCompile(` ?\(SPEC §[0-9.]+\)`)
-
 // commentText is a comment as one line of text.
 func commentText(g *ast.CommentGroup) string {
 	if g == nil {
 		return ""
 	}
-	text := strings.Join(strings.Fields(g.Text()), " ")
-	return specRef.ReplaceAllString(text, "")
+	return strings.Join(strings.Fields(g.Text()), " ")
 }
 
 // jsonNames rewrites the Go names of a struct's fields in a doc comment to
