@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Dict, List, Optional
 
+from . import wire
 from ._client import Client, compact, decode_event, failure_error, resolve_client
 from .models import _Record
 
 __all__ = ["chat", "ChatResponse"]
 
 
-class ChatResponse(_Record):
+class ChatResponse(_Record[wire.ChatResponse]):
     """The answer: ``answer`` (text), ``images`` (``[{file_name,
     png_base64}]``), ``steps`` (``[{code, execution}]``), ``conversation_id``
     (pass it to continue), ``sandbox``, ``rounds``, ``truncated``."""

@@ -31,8 +31,9 @@ import shlex
 import tarfile
 import uuid
 import warnings
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Sequence, Tuple, Union, cast
 
+from . import wire
 from ._client import Client, decode_event, failure_error, quote, resolve_client
 from .models import ImageInfo
 
@@ -44,8 +45,12 @@ class BuildEvent:
     ``total``, ``kind`` (run, env, copy, ...), ``detail``, ``cached``,
     ``line`` (for log events) and ``image`` (for done)."""
 
-    def __init__(self, raw: Dict[str, Any]):
-        self.raw = raw
+    _wire: ClassVar[Any] = wire.BuildEvent
+
+    raw: wire.BuildEvent
+
+    def __init__(self, raw: Mapping[str, Any]):
+        self.raw = cast(wire.BuildEvent, raw)
         self.type: str = raw.get("type", "")
         self.step: int = int(raw.get("step") or 0)
         self.total: int = int(raw.get("total") or 0)

@@ -23,8 +23,9 @@ the daemon (it suspends when idle; ``terminate()`` removes it for good).
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Union
+from typing import Any, Callable, ClassVar, Dict, Iterable, List, Mapping, Optional, Union, cast
 
+from . import wire
 from ._client import Client, compact, decode_event, failure_error, quote, resolve_client, sandbox_path
 from .errors import CellTimeoutError, ConflictError, KernelDiedError, NotFoundError
 from .image import Image
@@ -45,8 +46,17 @@ class Snapshot:
     ``Snapshot.list()``, ``Snapshot.get(id)`` and ``Snapshot.delete(id)`` (or
     ``snap.delete()``) manage them."""
 
-    def __init__(self, raw: Dict[str, Any], client: Optional[Client] = None):
-        self.raw = dict(raw)
+    _wire: ClassVar[Any] = wire.Snapshot
+    # snapshot_id is id under the name Sandbox.create(snapshot_id=...) and
+    # create_pool take, so that snap.snapshot_id reads as what it is for;
+    # checkpoint_type is type as a CheckpointType, the enum checkpoint()
+    # takes (FILESYSTEM for a type this SDK does not know).
+    _aliases: ClassVar[Dict[str, str]] = {"snapshot_id": "id", "checkpoint_type": "type"}
+
+    raw: wire.Snapshot
+
+    def __init__(self, raw: Mapping[str, Any], client: Optional[Client] = None):
+        self.raw = cast(wire.Snapshot, dict(raw))
         self._client = client or Client()
         self.id: str = self.raw.get("id", "")
         self.type: str = self.raw.get("type", "")
@@ -106,6 +116,10 @@ class Snapshot:
 class ForkResult(list):
     """The branches of ``Sandbox.fork``: a list of Sandbox, with the memory
     snapshot they were restored from as ``snapshot``."""
+
+    _wire: ClassVar[Any] = wire.ForkResult
+    # The wire key whose elements are the list's items (as Sandbox handles).
+    _items: ClassVar[str] = "sandboxes"
 
     def __init__(self, sandboxes: Iterable["Sandbox"], snapshot: Optional[Snapshot]):
         super().__init__(sandboxes)
