@@ -7,7 +7,7 @@ import json
 from typing import Any, Callable, Dict, List, Optional
 
 from . import wire
-from ._client import Client, compact, decode_event, failure_error, resolve_client
+from ._client import Client, decode_event, failure_error, resolve_client
 from .models import _Record
 
 __all__ = ["chat", "ChatResponse"]
@@ -32,8 +32,17 @@ def chat(question: str, csv: Optional[str] = None, conversation_id: Optional[str
     calls, executions; dicts with a ``type``). UnavailableError when the
     daemon has no model configured."""
     c = resolve_client(client, url, api_key)
-    body = compact({"question": question, "csv": csv, "csv_name": csv_name, "file_ids": file_ids,
-                    "conversation_id": conversation_id, "model": model})
+    body: wire.ChatRequest = {"question": question}
+    if csv is not None:
+        body["csv"] = csv
+    if csv_name is not None:
+        body["csv_name"] = csv_name
+    if file_ids is not None:
+        body["file_ids"] = file_ids
+    if conversation_id is not None:
+        body["conversation_id"] = conversation_id
+    if model is not None:
+        body["model"] = model
     if on_event is None:
         return ChatResponse(c.request_json("POST", "/v1/chat", None, body))
 

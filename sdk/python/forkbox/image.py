@@ -84,7 +84,7 @@ class Image:
         self.base_image = base_image
         self._base = _base_name(base_image)
         self.mirror = mirror
-        self._steps: List[Dict[str, Any]] = []
+        self._steps: List[wire.RecipeStep] = []
         self._copies: List[Tuple[str, str]] = []  # (local source, name in the context)
 
     def run(self, command: Union[str, Sequence[str]]) -> "Image":
@@ -122,7 +122,8 @@ class Image:
             raise FileNotFoundError("copy source %s does not exist" % src)
         arc = "%d/%s" % (len(self._copies), os.path.basename(os.path.normpath(src)) or "root")
         self._copies.append((src, arc))
-        self._steps.append({"copy": {"src": arc, "dest": dest}})
+        copy: wire.CopyStep = {"src": arc, "dest": dest}
+        self._steps.append({"copy": copy})
         return self
 
     @property
@@ -131,11 +132,11 @@ class Image:
 
     def recipe(self, registered_name: Optional[str] = None) -> Dict[str, Any]:
         """The recipe as the daemon takes it (POST /v1/images)."""
-        r: Dict[str, Any] = {"name": registered_name or self.name, "base": self._base,
-                             "steps": self.steps}
+        r: wire.Recipe = {"name": registered_name or self.name, "base": self._base,
+                          "steps": [cast(wire.RecipeStep, s) for s in self.steps]}
         if self.mirror:
             r["mirror"] = self.mirror
-        return r
+        return cast(Dict[str, Any], r)
 
     def context_tar(self) -> Optional[bytes]:
         """The build context (a tar of the copy sources), or None without copy

@@ -258,13 +258,37 @@ class Sandbox:
             snapshot_id = snapshot_id.id
         if image is not None and not isinstance(image, str):
             image = image.name  # an Image or an ImageInfo
-        body = compact({
-            "name": name, "image": image, "snapshot_id": snapshot_id, "cpus": cpus, "memory_mb": memory_mb,
-            "disk_mb": disk_mb, "timeout_secs": timeout_secs, "pids_limit": pids_limit,
-            "max_lifetime_secs": max_lifetime_secs, "env": dict(env) if env else None,
-            "labels": dict(labels) if labels else None, "pool": pool, "auto_resume": auto_resume,
-            "network": dict(network) if network is not None else None,
-        })
+        # Only what is set: the daemon fills the defaults. Typed as the wire's
+        # request, so that a type checker catches a misspelt key.
+        body: wire.CreateSandboxRequest = {}
+        if name is not None:
+            body["name"] = name
+        if image is not None:
+            body["image"] = image
+        if snapshot_id is not None:
+            body["snapshot_id"] = snapshot_id
+        if cpus is not None:
+            body["cpus"] = cpus
+        if memory_mb is not None:
+            body["memory_mb"] = memory_mb
+        if disk_mb is not None:
+            body["disk_mb"] = disk_mb
+        if timeout_secs is not None:
+            body["timeout_secs"] = timeout_secs
+        if pids_limit is not None:
+            body["pids_limit"] = pids_limit
+        if max_lifetime_secs is not None:
+            body["max_lifetime_secs"] = max_lifetime_secs
+        if env:
+            body["env"] = dict(env)
+        if labels:
+            body["labels"] = dict(labels)
+        if pool is not None:
+            body["pool"] = pool
+        if auto_resume is not None:
+            body["auto_resume"] = auto_resume
+        if network is not None:
+            body["network"] = cast(wire.NetworkPolicy, dict(network))
         if allow_internet_access:
             body["allow_internet_access"] = True
         return cls(SandboxInfo(c.request_json("POST", "/v1/sandboxes", None, body)), c)
@@ -345,9 +369,17 @@ class Sandbox:
             cmd, args = "sh", ["-c", cmd]
         if isinstance(stdin, bytes):
             stdin = stdin.decode("utf-8")
-        body = compact({"cmd": cmd, "args": [str(a) for a in args] if args is not None else None,
-                        "env": dict(env) if env else None, "cwd": cwd, "stdin": stdin,
-                        "timeout_secs": float(timeout) if timeout is not None else None})
+        body: wire.ExecRequest = {"cmd": cmd}
+        if args is not None:
+            body["args"] = [str(a) for a in args]
+        if env:
+            body["env"] = dict(env)
+        if cwd is not None:
+            body["cwd"] = cwd
+        if stdin is not None:
+            body["stdin"] = stdin
+        if timeout is not None:
+            body["timeout_secs"] = float(timeout)
         path = sandbox_path(self.id, "/exec")
         if on_stdout is None and on_stderr is None:
             return CommandResult(self._client.request_json("POST", path, None, body))
@@ -401,9 +433,14 @@ class Sandbox:
 
         With any of the ``on_*`` callbacks the cell's output, results and
         error are handed over as they are produced (server-sent events)."""
-        if isinstance(context, CodeContext):
-            context = context.id
-        body = compact({"code": code, "language": language, "context": context, "env": dict(env) if env else None})
+        context_id: Optional[str] = context.id if isinstance(context, CodeContext) else context
+        body: wire.RunCodeRequest = {"code": code}
+        if language is not None:
+            body["language"] = language
+        if context_id is not None:
+            body["context"] = context_id
+        if env:
+            body["env"] = dict(env)
         if timeout is not None:
             body["timeout_ms"] = max(1, int(round(float(timeout) * 1000)))
         path = sandbox_path(self.id, "/code")
@@ -421,7 +458,13 @@ class Sandbox:
                             env: Optional[Mapping[str, str]] = None) -> CodeContext:
         """Starts a new context (a kernel with its own variables, working
         directory and environment); pass it as ``run_code(context=…)``."""
-        body = compact({"language": language, "cwd": cwd, "env": dict(env) if env else None})
+        body: wire.CreateContextRequest = {}
+        if language is not None:
+            body["language"] = language
+        if cwd is not None:
+            body["cwd"] = cwd
+        if env:
+            body["env"] = dict(env)
         return CodeContext(self._client.request_json("POST", sandbox_path(self.id, "/contexts"), None, body))
 
     def list_code_contexts(self) -> List[CodeContext]:
@@ -479,8 +522,9 @@ class Sandbox:
         """Saves the sandbox's state as a snapshot; the sandbox keeps
         running. FILESYSTEM (default) saves the disk; MEMORY also saves
         memory and processes, so a restore is a warm start."""
-        kind = CheckpointType(checkpoint_type).value
-        body = compact({"type": kind, "name": name})
+        body: wire.CheckpointRequest = {"type": CheckpointType(checkpoint_type).value}
+        if name is not None:
+            body["name"] = name
         return Snapshot(self._client.request_json("POST", sandbox_path(self.id, "/checkpoint"), None, body), self._client)
 
     def snapshots(self) -> List[Snapshot]:
@@ -496,7 +540,8 @@ class Sandbox:
         path = sandbox_path(self.id, "/ports/%d" % int(port))
         if public is None:
             return self._client.request_json("GET", path) or {}
-        return self._client.request_json("PUT", path, None, {"public": bool(public)}) or {}
+        body: wire.UpdatePortRequest = {"public": bool(public)}
+        return self._client.request_json("PUT", path, None, body) or {}
 
     def get_host(self, port: int) -> str:
         """The URL that reaches ``port`` inside the sandbox (see ``port``):
@@ -511,8 +556,12 @@ class Sandbox:
         internet only). IPv4 addresses and CIDRs in either list, domain
         names (``*.pypi.org``) in ``allow_out``, which make it an
         allow-list. A running sandbox follows it at once."""
-        body = {"network": compact({"allow_out": list(allow_out) if allow_out else None,
-                                    "deny_out": list(deny_out) if deny_out else None})}
+        policy: wire.NetworkPolicy = {}
+        if allow_out:
+            policy["allow_out"] = list(allow_out)
+        if deny_out:
+            policy["deny_out"] = list(deny_out)
+        body: wire.UpdateSandboxRequest = {"network": policy}
         self._info = SandboxInfo(self._client.request_json("PATCH", sandbox_path(self.id), None, body))
         return self._info
 
@@ -522,8 +571,11 @@ class Sandbox:
         (named by ``names`` when given), each then diverging on its own.
         They keep this sandbox's egress policy unless ``network`` gives one.
         Returns them as a list with the snapshot as ``.snapshot``."""
-        body = compact({"count": int(n), "names": list(names) if names is not None else None,
-                        "network": dict(network) if network is not None else None})
+        body: wire.ForkRequest = {"count": int(n)}
+        if names is not None:
+            body["names"] = list(names)
+        if network is not None:
+            body["network"] = cast(wire.NetworkPolicy, dict(network))
         doc = self._client.request_json("POST", sandbox_path(self.id, "/fork"), None, body) or {}
         snap = Snapshot(doc["snapshot"], self._client) if doc.get("snapshot") else None
         return ForkResult((Sandbox(SandboxInfo(s), self._client) for s in doc.get("sandboxes") or []), snap)
@@ -625,7 +677,11 @@ def create_pool(name: str, size: int, snapshot_id: Union[str, Snapshot, None] = 
     c = resolve_client(client, url, api_key)
     if isinstance(snapshot_id, Snapshot):
         snapshot_id = snapshot_id.id
-    body = compact({"name": name, "size": size, "snapshot_id": snapshot_id, "image": image})
+    body: wire.CreatePoolRequest = {"name": name, "size": size}
+    if snapshot_id is not None:
+        body["snapshot_id"] = snapshot_id
+    if image is not None:
+        body["image"] = image
     return Pool(c.request_json("POST", "/v1/pools", None, body))
 
 

@@ -6,7 +6,8 @@ of that JSON (``_wire``). Its attributes must be the TypedDict's keys: an
 attribute the wire lacks is a key the API renamed or dropped (or a typo),
 and a key no attribute reaches is one the SDK does not show. Names that
 differ from the wire on purpose are listed in the class (``_aliases``,
-``_derived``) with why."""
+``_derived``) with why. The requests the SDK sends are checked the same way
+against the wire's request types."""
 
 import inspect
 import sys
@@ -15,11 +16,12 @@ import unittest
 from typing import Any, Literal, Union
 
 import forkbox
-from forkbox import Client, ChatResponse, Image, Sandbox, models, wire
+from forkbox import Client, ChatResponse, Image, Sandbox, create_pool, models, wire
 from forkbox.image import BuildEvent
 from forkbox.models import wire_keys
 from forkbox.sandbox import ForkResult, Snapshot
 
+from .stub import StubServer, json_answer
 
 chat_module = sys.modules["forkbox.chat"]
 
@@ -261,6 +263,110 @@ class ModelsTest(unittest.TestCase):
             lit = typing.get_type_hints(td)["type"]
             self.assertEqual(values, set(typing.get_args(lit)), "CheckpointType against wire.%s's type" % td.__name__)
         self.assertEqual(set(typing.get_args(typing.get_type_hints(models.CheckpointType)["_value_"])), values)
+
+
+def conforms(value, tp, where):
+    """What is wrong with JSON value against wire type tp (names the key)."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if is_typeddict(tp):
+        if not isinstance(value, dict):
+            return ["%s is %r, not an object (wire.%s)" % (where, value, tp.__name__)]
+        out = ["%s lacks the required key %r of wire.%s" % (where, k, tp.__name__)
+               for k in sorted(tp.__required_keys__ - set(value))]
+        hints = typing.get_type_hints(tp)
+        for k, v in value.items():
+            if k not in hints:
+                out.append("%s has %r, which wire.%s lacks" % (where, k, tp.__name__))
+            else:
+                out.extend(conforms(v, hints[k], "%s.%s" % (where, k)))
+        return out
+    if tp is Any:
+        return []
+    if origin is Union:
+        if any(not conforms(value, a, where) for a in args):
+            return []
+        return ["%s is %r, not %r" % (where, value, tp)]
+    if origin is Literal:
+        return [] if value in args else ["%s is %r, not one of %r" % (where, value, args)]
+    if origin is list:
+        if not isinstance(value, list):
+            return ["%s is %r, not a list" % (where, value)]
+        return [p for i, v in enumerate(value) for p in conforms(v, args[0], "%s[%d]" % (where, i))]
+    if origin is dict:
+        if not isinstance(value, dict):
+            return ["%s is %r, not an object" % (where, value)]
+        return [p for k, v in value.items() for p in conforms(v, args[1], "%s[%r]" % (where, k))]
+    if tp is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    elif tp is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, tp)
+    return [] if ok else ["%s is %r, not %s" % (where, value, tp.__name__)]
+
+
+class RequestsTest(unittest.TestCase):
+    """Every JSON body the SDK sends, with every argument set, is of the
+    wire's request type."""
+
+    def setUp(self):
+        self.srv = StubServer()
+        self.addCleanup(self.srv.close)
+        self.c = Client(self.srv.url, api_key="k")
+        sb = {"id": "sbx_1", "state": "running"}
+        ex = {"logs": {"stdout": [], "stderr": []}, "results": [], "error": None, "execution_count": 1}
+        for (method, path), doc in {
+            ("POST", "/v1/sandboxes"): sb,
+            ("POST", "/v1/sandboxes/sbx_1/exec"): {"stdout": "", "stderr": "", "exit_code": 0, "duration_ms": 1},
+            ("POST", "/v1/sandboxes/sbx_1/code"): ex,
+            ("POST", "/v1/sandboxes/sbx_1/contexts"): {"id": "ctx_1"},
+            ("POST", "/v1/sandboxes/sbx_1/checkpoint"): {"id": "snap_1", "type": "memory"},
+            ("PUT", "/v1/sandboxes/sbx_1/ports/8000"): {"public": True},
+            ("PATCH", "/v1/sandboxes/sbx_1"): sb,
+            ("POST", "/v1/sandboxes/sbx_1/fork"): {"snapshot": {"id": "snap_2"}, "sandboxes": [sb]},
+            ("POST", "/v1/pools"): {"name": "p"},
+            ("POST", "/v1/chat"): {"answer": "a"},
+            ("POST", "/v1/images"): {"name": "img"},
+        }.items():
+            self.srv.routes[(method, path)] = json_answer(200, doc)
+
+    def sent(self, td, call):
+        call()
+        req = self.srv.requests[-1]
+        self.found.extend("not a wire.%s: %s" % (td.__name__, p)
+                          for p in conforms(req.json(), td, "%s %s" % (req.method, req.path)))
+
+    def test_requests(self):
+        self.found = []
+        c = self.c
+        sb = Sandbox.create(client=c)
+        net = {"allow_out": ["*.pypi.org"], "deny_out": ["10.0.0.0/8"]}
+        self.sent(wire.CreateSandboxRequest, lambda: Sandbox.create(
+            "n", "python", "snap_1", 1.5, 512, 1024, 60, True, {"A": "1"}, {"team": "a"}, "pool", pids_limit=64,
+            max_lifetime_secs=600, auto_resume=False, network=net, client=c))
+        self.sent(wire.CreateSandboxRequest, lambda: Sandbox.create(cpus=1, client=c))
+        self.sent(wire.ExecRequest, lambda: sb.run("python3", ["-c", 1], {"E": "1"}, "/tmp", 2, stdin=b"in"))
+        self.sent(wire.ExecRequest, lambda: sb.run("ls -la"))
+        self.sent(wire.RunCodeRequest, lambda: sb.run_code("1", "ctx_1", "python", 1.5, env={"E": "1"}))
+        self.sent(wire.CreateContextRequest, lambda: sb.create_code_context("python", "/workspace", {"E": "1"}))
+        self.sent(wire.CheckpointRequest, lambda: sb.checkpoint(models.CheckpointType.MEMORY, "golden"))
+        self.sent(wire.CheckpointRequest, lambda: sb.checkpoint("filesystem"))
+        self.sent(wire.UpdatePortRequest, lambda: sb.port(8000, public=True))
+        self.sent(wire.UpdateSandboxRequest, lambda: sb.set_network(["*.pypi.org"], ["10.0.0.0/8"]))
+        self.sent(wire.UpdateSandboxRequest, lambda: sb.set_network())
+        self.sent(wire.ForkRequest, lambda: sb.fork(1, ["a"], net))
+        self.sent(wire.CreatePoolRequest, lambda: create_pool("p", 2, "snap_1", client=c))
+        self.sent(wire.CreatePoolRequest, lambda: create_pool("p", 2, image="python", client=c))
+        self.sent(wire.ChatRequest, lambda: chat_module.chat("q", "a,b\n1,2\n", "conv_1", csv_name="d.csv",
+                                                             file_ids=["f_1"], model="m", client=c))
+        self.sent(wire.Recipe, lambda: Image("img", mirror="http://deb.example/debian").run("true").run(["echo", "a b"])
+                  .env({"A": "1"}, B="2").workdir("/workspace").user("1000").build(client=c))
+        self.assertFalse(self.found, "requests the SDK sends disagree with the wire:\n  " + "\n  ".join(self.found))
+
+    def test_recipe_with_copy(self):
+        image = Image("img").copy(__file__, "/opt/t.py")
+        found = conforms(image.recipe(), wire.Recipe, "recipe")
+        self.assertFalse(found, "\n".join(found))
 
 
 if __name__ == "__main__":
