@@ -1,3 +1,5 @@
+//go:build !forkbox_agent
+
 // Command gen writes the seccomp filter that the agent binary carries
 // assembled (package harden, build tag forkbox_agent): the same program the
 // full binary builds from Docker's profile at run time. Run by `go generate`
