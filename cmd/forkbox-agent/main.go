@@ -12,7 +12,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/forkbox/forkbox/internal/agent"
+	"github.com/forkbox/forkbox/internal/agent/server"
 	"github.com/forkbox/forkbox/internal/sandboxinit"
 )
 
@@ -31,7 +31,7 @@ func main() {
 			fmt.Fprintln(os.Stderr, "forkbox-agent: the agent runs only as a sandbox's init (pid 1)")
 			os.Exit(2)
 		}
-		if err := agent.Main(); err != nil {
+		if err := server.Main(); err != nil {
 			fmt.Fprintln(os.Stderr, "forkbox-agent:", err)
 			os.Exit(1)
 		}

@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/forkbox/forkbox/internal/agent"
+	"github.com/forkbox/forkbox/internal/agent/server"
 	"github.com/forkbox/forkbox/internal/cluster"
 	"github.com/forkbox/forkbox/internal/daemon"
 	"github.com/forkbox/forkbox/internal/image"
@@ -269,7 +269,7 @@ func internalCmds() []*cobra.Command {
 				if os.Getpid() != 1 {
 					return fmt.Errorf("the agent runs only as a sandbox's init (pid 1)")
 				}
-				return agent.Main()
+				return server.Main()
 			},
 		},
 		{

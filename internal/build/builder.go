@@ -18,7 +18,8 @@ import (
 	"sync"
 
 	"github.com/forkbox/forkbox/api"
-	"github.com/forkbox/forkbox/internal/agent"
+	"github.com/forkbox/forkbox/internal/agent/client"
+	"github.com/forkbox/forkbox/internal/agent/wire"
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/image"
 	"github.com/forkbox/forkbox/internal/runtime"
@@ -226,7 +227,7 @@ func (b *Builder) step(ctx context.Context, st *state, n, total int, step api.Re
 		for _, k := range keys {
 			kv = append(kv, k+"="+step.Env[k])
 		}
-		st.img.Env = agent.MergeEnv(st.img.Env, kv)
+		st.img.Env = wire.MergeEnv(st.img.Env, kv)
 		st.chain = image.ChainID(st.chain, "env:"+strings.Join(kv, "\x00"))
 		ev.Detail = strings.Join(kv, " ")
 		emit(ev)
@@ -341,11 +342,11 @@ func (b *Builder) run(ctx context.Context, st *state, n, total int, cmd, dir str
 	lines := &lineSplitter{emit: func(line string) {
 		emit(api.BuildEvent{Type: api.BuildEventLog, Step: n, Total: total, Line: line})
 	}}
-	client := agent.NewClient(runtime.SocketPath(info))
-	exit, err := client.Exec(ctx, &agent.ExecRequest{
+	agent := client.New(runtime.SocketPath(info))
+	exit, err := agent.Exec(ctx, &wire.ExecRequest{
 		Cmd: "/bin/sh", Args: []string{"-c", cmd}, Root: true,
 		Env: []string{"HOME=/root", "USER=root", "DEBIAN_FRONTEND=noninteractive"},
-	}, func(ev agent.ExecEvent) {
+	}, func(ev wire.ExecEvent) {
 		out.Write(ev.Data)
 		lines.Write(ev.Data)
 	})

@@ -7,7 +7,7 @@
 // build) once, on itself, before it accepts any request. Apply is
 // irreversible and covers every thread of the process; the agent then drops
 // its own capabilities to what starting and signalling user processes needs
-// (internal/agent), while every process it starts afterwards inherits:
+// (internal/agent/server), while every process it starts afterwards inherits:
 //
 //   - no_new_privs, so no setuid/setgid binary or file capability can raise
 //     privileges again;

@@ -4,7 +4,7 @@ import (
 	"net/http"
 
 	"github.com/forkbox/forkbox/api"
-	"github.com/forkbox/forkbox/internal/agent"
+	"github.com/forkbox/forkbox/internal/agent/wire"
 	"github.com/forkbox/forkbox/internal/sandbox"
 )
 
@@ -26,7 +26,7 @@ func (s *Server) runCode(w http.ResponseWriter, r *http.Request) error {
 	// them, then done with the whole execution.
 	stream := &lazySSE{w: w}
 	emit := stream.emit
-	exec, err := s.mgr.RunCode(r.Context(), ref, &req, sandbox.CodeOptions{OnEvent: func(ev agent.CodeEvent) {
+	exec, err := s.mgr.RunCode(r.Context(), ref, &req, sandbox.CodeOptions{OnEvent: func(ev wire.CodeEvent) {
 		switch ev.Type {
 		case "stdout":
 			emit(api.EventStdout, api.OutputChunk{Data: ev.Text})

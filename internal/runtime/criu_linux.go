@@ -17,7 +17,8 @@ import (
 	"time"
 
 	"github.com/checkpoint-restore/go-criu/v7/rpc"
-	"github.com/forkbox/forkbox/internal/agent"
+	"github.com/forkbox/forkbox/internal/agent/client"
+	"github.com/forkbox/forkbox/internal/agent/wire"
 	"github.com/forkbox/forkbox/internal/criu"
 	"github.com/forkbox/forkbox/internal/image"
 	"github.com/forkbox/forkbox/internal/netsetup"
@@ -55,8 +56,8 @@ func (r *Runtime) externalMounts(img []sandboxinit.Bind, runDir string) []sandbo
 		out = append(out, sandboxinit.Bind{Source: "/dev/" + d, Target: "/dev/" + d})
 	}
 	out = append(out,
-		sandboxinit.Bind{Source: r.agentBin, Target: agent.Binary, ReadOnly: true},
-		sandboxinit.Bind{Source: runDir, Target: agent.RunDir})
+		sandboxinit.Bind{Source: r.agentBin, Target: wire.Binary, ReadOnly: true},
+		sandboxinit.Bind{Source: runDir, Target: wire.RunDir})
 	return out
 }
 
@@ -204,13 +205,13 @@ func (r *Runtime) RestoreMemory(ctx context.Context, h *criu.Host, spec Spec, cr
 	for i, m := range meta.Binds {
 		src := m.Source
 		switch {
-		case m.Target == agent.Binary:
+		case m.Target == wire.Binary:
 			// The version the processes were dumped with (a rebuilt
 			// forkbox keeps it; see agents_linux.go).
 			if src, err = r.agents.forLive(m.Source); err != nil {
 				return nil, err
 			}
-		case m.Target == agent.RunDir:
+		case m.Target == wire.RunDir:
 			src = runDir
 		default:
 			for _, b := range binds {
@@ -281,7 +282,7 @@ func (r *Runtime) RestoreMemory(ctx context.Context, h *criu.Host, spec Spec, cr
 		}
 		info.Link = link
 	}
-	c := agent.NewClient(SocketPath(info))
+	c := client.New(SocketPath(info))
 	defer c.Close()
 	hctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()

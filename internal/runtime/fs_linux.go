@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/forkbox/forkbox/internal/agent"
+	"github.com/forkbox/forkbox/internal/agent/wire"
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"golang.org/x/sys/unix"
 )
@@ -107,7 +107,7 @@ func importFS(ctx context.Context, src, upper string) error {
 // buildExcludes are the paths of a writable layer that are forkbox's, not
 // the build's: the agent's mount point and the resolv.conf the runtime
 // writes into sandboxes with network access.
-var buildExcludes = []string{agent.Dir[1:], "etc/resolv.conf"}
+var buildExcludes = []string{wire.Dir[1:], "etc/resolv.conf"}
 
 // CaptureLayer copies a build sandbox's writable layer into dst, an empty
 // directory, as an image layer: in overlayfs's own format (whiteouts and

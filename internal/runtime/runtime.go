@@ -72,7 +72,7 @@ type Spec struct {
 	FromFSBase uint32
 	// Build makes a build sandbox: its agent keeps the build capabilities
 	// (internal/harden.BuildCaps) so that image builds can run commands as
-	// root (agent.ExecRequest.Root). Never set for users' sandboxes.
+	// root (wire.ExecRequest.Root). Never set for users' sandboxes.
 	Build bool
 }
 

@@ -18,7 +18,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/forkbox/forkbox/internal/agent"
+	"github.com/forkbox/forkbox/internal/agent/wire"
 	"github.com/forkbox/forkbox/internal/durable"
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/netsetup"
@@ -129,7 +129,7 @@ func New(cfg Config) (*Runtime, error) {
 func (r *Runtime) Dir(id string) string { return filepath.Join(r.dir, id) }
 
 // SocketPath returns the host path of the agent socket of a sandbox.
-func SocketPath(info *Info) string { return filepath.Join(runDirOf(info), agent.SocketName) }
+func SocketPath(info *Info) string { return filepath.Join(runDirOf(info), wire.SocketName) }
 
 // runDirOf is the host path of a sandbox's run dir.
 func runDirOf(info *Info) string {
@@ -620,15 +620,15 @@ func (r *Runtime) prepareRoot(ctx context.Context, spec Spec, info *Info, userns
 	}
 
 	// The agent's config, read by the agent at start.
-	acfg := agent.Config{
+	acfg := wire.Config{
 		SandboxID: spec.ID,
 		UID:       spec.Image.UID,
 		GID:       spec.Image.GID,
 		WorkDir:   spec.Image.WorkDir,
-		Env:       agent.MergeEnv(spec.Image.Env, spec.Env),
+		Env:       wire.MergeEnv(spec.Image.Env, spec.Env),
 		Build:     spec.Build,
 	}
-	cfgPath := filepath.Join(runDir, agent.ConfigName)
+	cfgPath := filepath.Join(runDir, wire.ConfigName)
 	if err := writeJSON(cfgPath, acfg); err != nil {
 		return "", "", nil, err
 	}

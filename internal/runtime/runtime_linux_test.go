@@ -10,7 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/forkbox/forkbox/internal/agent"
+	"github.com/forkbox/forkbox/internal/agent/client"
+	"github.com/forkbox/forkbox/internal/agent/wire"
 	"github.com/forkbox/forkbox/internal/image"
 	"github.com/forkbox/forkbox/internal/netsetup"
 	"github.com/forkbox/forkbox/internal/userns"
@@ -99,7 +100,7 @@ func TestCreateExecDestroyLeavesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := agent.NewClient(SocketPath(info)).Exec(ctx, &agent.ExecRequest{Cmd: "sh", Args: []string{"-c", "id -u; hostname; ip -o -4 addr show eth0 | wc -l"}}, nil)
+	st, err := client.New(SocketPath(info)).Exec(ctx, &wire.ExecRequest{Cmd: "sh", Args: []string{"-c", "id -u; hostname; ip -o -4 addr show eth0 | wc -l"}}, nil)
 	if err != nil || st.Code != 0 {
 		t.Fatalf("exec: %+v %v", st, err)
 	}
@@ -182,7 +183,7 @@ func mustStat(t *testing.T, p string) int64 {
 }
 
 func TestMergeEnvOverrides(t *testing.T) {
-	got := agent.MergeEnv([]string{"A=1", "B=2"}, []string{"B=3", "C=4"})
+	got := wire.MergeEnv([]string{"A=1", "B=2"}, []string{"B=3", "C=4"})
 	if strings.Join(got, ",") != "A=1,B=3,C=4" {
 		t.Fatalf("MergeEnv = %v", got)
 	}

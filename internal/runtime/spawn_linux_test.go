@@ -9,7 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/forkbox/forkbox/internal/agent"
+	"github.com/forkbox/forkbox/internal/agent/client"
+	"github.com/forkbox/forkbox/internal/agent/wire"
 )
 
 // TestSpawnerSurvivesItsDeath: the process that starts inits is killed from
@@ -71,7 +72,7 @@ func TestSpawnerSurvivesItsDeath(t *testing.T) {
 	if err != nil {
 		t.Fatalf("create after the spawner died: %v", err)
 	}
-	st, err := agent.NewClient(SocketPath(info)).Exec(ctx, &agent.ExecRequest{Cmd: "true"}, nil)
+	st, err := client.New(SocketPath(info)).Exec(ctx, &wire.ExecRequest{Cmd: "true"}, nil)
 	if err != nil || st.Code != 0 {
 		t.Fatalf("exec: %+v %v", st, err)
 	}

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/forkbox/forkbox/api"
-	"github.com/forkbox/forkbox/internal/agent"
+	"github.com/forkbox/forkbox/internal/agent/wire"
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/lazyre"
 )
@@ -19,7 +19,7 @@ var (
 
 // CodeOptions streams a cell's events while it runs; nil callbacks are skipped.
 type CodeOptions struct {
-	OnEvent func(agent.CodeEvent)
+	OnEvent func(wire.CodeEvent)
 	// Source is who runs the cell, as its history records it: api.CellUser
 	// (the default) or api.CellModel.
 	Source string
@@ -33,7 +33,7 @@ type CodeOptions struct {
 // RunCode runs a cell in a context of a sandbox and answers with its
 // execution (docs/API.md, "The execution result").
 func (m *Manager) RunCode(ctx context.Context, ref string, req *api.RunCodeRequest, opts CodeOptions) (*api.Execution, error) {
-	areq := &agent.CodeRequest{Code: req.Code, Language: req.Language, Context: req.Context}
+	areq := &wire.CodeRequest{Code: req.Code, Language: req.Language, Context: req.Context}
 	if req.Language != "" && !languageRE.MatchString(req.Language) {
 		return nil, errdefs.InvalidArgument("language: %q is not a language or kernel name", req.Language)
 	}
@@ -112,7 +112,7 @@ func (m *Manager) createContext(ctx context.Context, ref, id string, req *api.Cr
 	if err != nil {
 		return nil, err
 	}
-	areq := &agent.CreateContextRequest{ID: id, Language: req.Language, Cwd: req.Cwd, Env: env}
+	areq := &wire.CreateContextRequest{ID: id, Language: req.Language, Cwd: req.Cwd, Env: env}
 	l, release, err := m.acquire(ctx, ref)
 	if err != nil {
 		return nil, err

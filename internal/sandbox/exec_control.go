@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"regexp"
 
-	"github.com/forkbox/forkbox/internal/agent"
+	"github.com/forkbox/forkbox/internal/agent/wire"
 	"github.com/forkbox/forkbox/internal/errdefs"
 )
 
@@ -25,8 +25,8 @@ func (m *Manager) ExecInput(ctx context.Context, ref, id string, data []byte, cl
 	if !execIDRE.MatchString(id) {
 		return errdefs.InvalidArgument("exec id %q: want 1 to 64 of A-Z a-z 0-9 _ -", id)
 	}
-	if len(data) > agent.MaxExecInput {
-		return errdefs.TooLarge("input: %d bytes; at most %d at once", len(data), agent.MaxExecInput)
+	if len(data) > wire.MaxExecInput {
+		return errdefs.TooLarge("input: %d bytes; at most %d at once", len(data), wire.MaxExecInput)
 	}
 	l, release, err := m.acquire(ctx, ref)
 	if err != nil {
@@ -67,7 +67,7 @@ func (m *Manager) ExecResize(ctx context.Context, ref, id string, size PTYSize) 
 	if !execIDRE.MatchString(id) {
 		return errdefs.InvalidArgument("exec id %q: want 1 to 64 of A-Z a-z 0-9 _ -", id)
 	}
-	sz := agent.PTYSize{Cols: size.Cols, Rows: size.Rows}
+	sz := wire.PTYSize{Cols: size.Cols, Rows: size.Rows}
 	if err := sz.Check(); err != nil {
 		return err
 	}

@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/forkbox/forkbox/api"
-	"github.com/forkbox/forkbox/internal/agent"
+	"github.com/forkbox/forkbox/internal/agent/wire"
 	"github.com/forkbox/forkbox/internal/criu"
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/image"
@@ -31,11 +31,11 @@ import (
 
 // The Manager's tests without root: a fake Runtime and Snapshotter stand in
 // for namespaces, cgroups and CRIU, and every sandbox they "start" gets a
-// small agent of its own that speaks the agent's wire types (internal/agent
-// proto.go) on a real Unix socket, so the Manager's real agent client,
-// store (SQLite), snapshot store and state machine are what is tested. The
-// real agent server cannot serve here: it is package agent's own and runs
-// only as a sandbox's init.
+// small agent of its own that speaks the agent's wire types
+// (internal/agent/wire) on a real Unix socket, so the Manager's real agent
+// client, store (SQLite), snapshot store and state machine are what is
+// tested. The real agent server cannot serve here: its routes are
+// internal/agent/server's own and it runs only as a sandbox's init.
 
 // fakeRuntime is a Runtime and a Snapshotter whose sandboxes are fake
 // agents in directories of root.
@@ -104,7 +104,7 @@ func (r *fakeRuntime) spawn(id string) (*runtime.Info, error) {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("unix", filepath.Join(dir, agent.SocketName))
+	ln, err := net.Listen("unix", filepath.Join(dir, wire.SocketName))
 	if err != nil {
 		return nil, err
 	}
@@ -329,7 +329,7 @@ func (a *fakeAgent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "GET /healthz":
 		w.Write([]byte("ok\n"))
 	case "POST /exec":
-		var req agent.ExecRequest
+		var req wire.ExecRequest
 		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 			a.fail(w, errdefs.InvalidArgument("decode exec request: %v", err))
 			return
@@ -339,10 +339,10 @@ func (a *fakeAgent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		a.mu.Unlock()
 		w.Header().Set("Content-Type", "application/x-ndjson")
 		enc := json.NewEncoder(w)
-		enc.Encode(agent.ExecEvent{Started: true})
-		enc.Encode(agent.ExecEvent{Stream: "stdout", Data: []byte(strings.Join(append([]string{req.Cmd}, req.Args...), " ") + "\n")})
-		enc.Encode(agent.ExecEvent{Stream: "stderr", Data: []byte(fmt.Sprintf("%s#%d\n", a.id, a.gen))})
-		enc.Encode(agent.ExecEvent{Exit: &agent.ExitStatus{Code: 0, DurationMS: 1}})
+		enc.Encode(wire.ExecEvent{Started: true})
+		enc.Encode(wire.ExecEvent{Stream: "stdout", Data: []byte(strings.Join(append([]string{req.Cmd}, req.Args...), " ") + "\n")})
+		enc.Encode(wire.ExecEvent{Stream: "stderr", Data: []byte(fmt.Sprintf("%s#%d\n", a.id, a.gen))})
+		enc.Encode(wire.ExecEvent{Exit: &wire.ExitStatus{Code: 0, DurationMS: 1}})
 	case "PUT /files":
 		b, err := io.ReadAll(r.Body)
 		if err != nil {
@@ -368,7 +368,7 @@ func (a *fakeAgent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write([]byte("[]\n"))
 	case "POST /contexts/prestart":
-		var req agent.PrestartRequest
+		var req wire.PrestartRequest
 		json.NewDecoder(r.Body).Decode(&req)
 		a.mu.Lock()
 		a.prestarts = append(a.prestarts, req.Language)
@@ -379,10 +379,10 @@ func (a *fakeAgent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// fail answers err as the real agent does (writeError in server_linux.go).
+// fail answers err as the real agent does (writeError in internal/agent/server).
 func (a *fakeAgent) fail(w http.ResponseWriter, err error) {
 	status, code := errdefs.HTTPStatus(err)
-	var body agent.ErrorBody
+	var body wire.ErrorBody
 	body.Error.Code, body.Error.Message = code, err.Error()
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)

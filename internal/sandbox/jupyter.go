@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/forkbox/forkbox/api"
-	"github.com/forkbox/forkbox/internal/agent"
+	"github.com/forkbox/forkbox/internal/agent/wire"
 	"github.com/forkbox/forkbox/internal/errdefs"
 )
 
@@ -27,7 +27,7 @@ const maxPollWait = 30 * time.Second
 // JupyterSend sends a notebook's message to a context's kernel (contextRef
 // "default": the language's default context), starting the kernel if it
 // has none and resuming a suspended sandbox.
-func (m *Manager) JupyterSend(ctx context.Context, ref, contextRef, language string, msg *agent.JupyterMessage) error {
+func (m *Manager) JupyterSend(ctx context.Context, ref, contextRef, language string, msg *wire.JupyterMessage) error {
 	if err := checkContextRef(contextRef, language); err != nil {
 		return err
 	}
@@ -47,7 +47,7 @@ func (m *Manager) JupyterSend(ctx context.Context, ref, contextRef, language str
 // the sandbox is not running here (suspended: the next JupyterSend resumes
 // it). A poll cut short by an exclusive operation answers no messages and
 // the cursor unchanged.
-func (m *Manager) JupyterRecv(ctx context.Context, ref, contextRef, language string, after int64, wait time.Duration) (*agent.JupyterRecvAnswer, error) {
+func (m *Manager) JupyterRecv(ctx context.Context, ref, contextRef, language string, after int64, wait time.Duration) (*wire.JupyterRecvAnswer, error) {
 	if err := checkContextRef(contextRef, language); err != nil {
 		return nil, err
 	}
@@ -71,7 +71,7 @@ func (m *Manager) JupyterRecv(ctx context.Context, ref, contextRef, language str
 	if held {
 		wait = 0
 	}
-	nothing := &agent.JupyterRecvAnswer{Head: after, Messages: []agent.JupyterMessage{}}
+	nothing := &wire.JupyterRecvAnswer{Head: after, Messages: []wire.JupyterMessage{}}
 	unlock, err := l.gate.acquire(pctx, l.id, "", false, m.lockWait)
 	if err != nil {
 		if ctx.Err() == nil && pctx.Err() != nil {

@@ -26,7 +26,8 @@ import (
 	"time"
 
 	"github.com/forkbox/forkbox/api"
-	"github.com/forkbox/forkbox/internal/agent"
+	"github.com/forkbox/forkbox/internal/agent/client"
+	"github.com/forkbox/forkbox/internal/agent/wire"
 	"github.com/forkbox/forkbox/internal/batch"
 	"github.com/forkbox/forkbox/internal/criu"
 	"github.com/forkbox/forkbox/internal/errdefs"
@@ -141,7 +142,7 @@ type live struct {
 	// keepOnIdle: suspended at its idle timeout though unnamed.
 	keepOnIdle bool
 	info       *runtime.Info
-	agent      *agent.Client
+	agent      *client.Client
 	timeout    time.Duration
 	deadline   time.Time // max lifetime; zero: none
 	// gate is held shared by every call and exclusively by a memory
@@ -550,7 +551,7 @@ func sortedKeys(mp map[string]string) []string {
 func (m *Manager) track(sb *store.Sandbox, info *runtime.Info) *live {
 	l := &live{
 		id: sb.ID, name: sb.Name, tenant: sb.Tenant, keepOnIdle: sb.Spec.SuspendOnIdle, info: info, gate: newGate(),
-		agent:      agent.NewClient(runtime.SocketPath(info)),
+		agent:      client.New(runtime.SocketPath(info)),
 		timeout:    time.Duration(sb.Spec.TimeoutSecs) * time.Second,
 		lastActive: sb.LastActiveAt, persistedAt: sb.LastActiveAt, memoryMB: sb.Spec.MemoryMB,
 	}
@@ -1002,7 +1003,7 @@ func (m *Manager) Exec(ctx context.Context, ref string, req *api.ExecRequest, op
 	if req.Cmd == "" {
 		return nil, errdefs.InvalidArgument("cmd: is required")
 	}
-	areq := &agent.ExecRequest{Cmd: req.Cmd, Args: req.Args, Cwd: req.Cwd, Stdin: []byte(req.Stdin),
+	areq := &wire.ExecRequest{Cmd: req.Cmd, Args: req.Args, Cwd: req.Cwd, Stdin: []byte(req.Stdin),
 		ID: opts.ID, KeepStdin: opts.KeepStdin}
 	if opts.ID != "" && !execIDRE.MatchString(opts.ID) {
 		return nil, errdefs.InvalidArgument("exec id %q: want 1 to 64 of A-Z a-z 0-9 _ -", opts.ID)
@@ -1014,7 +1015,7 @@ func (m *Manager) Exec(ctx context.Context, ref string, req *api.ExecRequest, op
 		if opts.ID == "" {
 			return nil, errdefs.InvalidArgument("a command on a pty needs an exec id")
 		}
-		sz := agent.PTYSize{Cols: opts.PTY.Cols, Rows: opts.PTY.Rows}
+		sz := wire.PTYSize{Cols: opts.PTY.Cols, Rows: opts.PTY.Rows}
 		if err := sz.Check(); err != nil {
 			return nil, err
 		}
@@ -1048,7 +1049,7 @@ func (m *Manager) Exec(ctx context.Context, ref string, req *api.ExecRequest, op
 	before := m.rt.OOMKills(l.id)
 	var out, errb cappedBuffer
 	start := time.Now()
-	st, err := l.agent.Exec(ctx, areq, func(ev agent.ExecEvent) {
+	st, err := l.agent.Exec(ctx, areq, func(ev wire.ExecEvent) {
 		if ev.Started && opts.OnStart != nil {
 			opts.OnStart()
 		}

@@ -18,7 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/forkbox/forkbox/internal/agent"
+	"github.com/forkbox/forkbox/internal/agent/wire"
 )
 
 // UserLimits are the sandbox's user namespace limits (/proc/sys/user/*).
@@ -170,7 +170,7 @@ func Main() {
 		fail(fmt.Errorf("close inherited descriptors: %w", err))
 	}
 	env := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
-	if err := unix.Exec(agent.Binary, []string{"forkbox", "agent"}, env); err != nil {
+	if err := unix.Exec(wire.Binary, []string{"forkbox", "agent"}, env); err != nil {
 		fail(fmt.Errorf("exec agent: %w", err))
 	}
 }
@@ -233,7 +233,7 @@ func setupRoot(cfg *Config) error {
 	}
 	const nsd = unix.MS_NOSUID | unix.MS_NODEV
 	p := func(s string) string { return filepath.Join(root, s) }
-	for _, d := range []string{"proc", "sys", "dev", "tmp", agent.Dir[1:]} {
+	for _, d := range []string{"proc", "sys", "dev", "tmp", wire.Dir[1:]} {
 		if err := os.MkdirAll(p(d), 0o755); err != nil {
 			return err
 		}
@@ -258,13 +258,13 @@ func setupRoot(cfg *Config) error {
 	// forkbox's own directory: a root-only tmpfs holding the agent binary
 	// (read-only bind), the run dir shared with the daemon and the empty
 	// directory that masks host directories.
-	if err := mountf("tmpfs", p(agent.Dir), "tmpfs", nsd|unix.MS_NOEXEC, "mode=0700,size=64k"); err != nil {
+	if err := mountf("tmpfs", p(wire.Dir), "tmpfs", nsd|unix.MS_NOEXEC, "mode=0700,size=64k"); err != nil {
 		return err
 	}
 	if err := maskHostDetails(p); err != nil {
 		return err
 	}
-	bin := p(agent.Binary)
+	bin := p(wire.Binary)
 	if err := ensureTarget(cfg.Binary, bin); err != nil {
 		return err
 	}
@@ -274,10 +274,10 @@ func setupRoot(cfg *Config) error {
 	if err := mountf("", bin, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(p(agent.RunDir), 0o700); err != nil {
+	if err := os.MkdirAll(p(wire.RunDir), 0o700); err != nil {
 		return err
 	}
-	if err := bindMount(cfg.RunDir, p(agent.RunDir), false); err != nil {
+	if err := bindMount(cfg.RunDir, p(wire.RunDir), false); err != nil {
 		return err
 	}
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
@@ -309,7 +309,7 @@ var maskedFiles = []string{"proc/kcore", "proc/keys", "proc/timer_list", "proc/s
 var maskedDirs = []string{"proc/acpi", "proc/scsi", "sys/firmware", "sys/devices/virtual/dmi", "sys/class/dmi"}
 
 // maskDir is the empty directory bound over maskedDirs, on forkbox's tmpfs.
-var maskDir = filepath.Join(agent.Dir, "empty")[1:]
+var maskDir = filepath.Join(wire.Dir, "empty")[1:]
 
 // maskHostDetails hides maskedFiles behind /dev/null and maskedDirs behind
 // read-only binds of one empty directory on forkbox's own tmpfs (mounted

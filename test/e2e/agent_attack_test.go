@@ -16,7 +16,8 @@ import (
 	"time"
 
 	"github.com/forkbox/forkbox/api"
-	"github.com/forkbox/forkbox/internal/agent"
+	agentclient "github.com/forkbox/forkbox/internal/agent/client"
+	"github.com/forkbox/forkbox/internal/agent/wire"
 	"github.com/forkbox/forkbox/internal/errdefs"
 )
 
@@ -677,10 +678,10 @@ func agentHostPID(t *testing.T, id string) int {
 // agentSelf asks a sandbox's agent, over its socket, how it stands. The
 // socket is reached through the agent's own root, wherever the runtime keeps
 // its run dir on the host.
-func agentSelf(t *testing.T, id string) (*agent.SelfReport, error) {
+func agentSelf(t *testing.T, id string) (*wire.SelfReport, error) {
 	t.Helper()
-	sock := fmt.Sprintf("/proc/%d/root%s/%s", agentHostPID(t, id), agent.RunDir, agent.SocketName)
-	c := agent.NewClient(sock)
+	sock := fmt.Sprintf("/proc/%d/root%s/%s", agentHostPID(t, id), wire.RunDir, wire.SocketName)
+	c := agentclient.New(sock)
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -1,4 +1,15 @@
-package agent
+// Package client is the daemon's client for a sandbox's agent
+// (internal/agent/server): exec, files, code contexts, Jupyter messages and
+// directory watches over HTTP/1.1 on the agent's Unix socket, in the bodies
+// internal/agent/wire defines.
+//
+// The agent is the sandbox's, so every answer is treated as hostile: the
+// socket is opened without following a link and checked to be a socket,
+// streamed lines and answers are bounded, and what is relayed onwards is
+// checked first. Connections are kept alive between calls; before a memory
+// checkpoint, Quiesce closes them and waits until the agent has closed its
+// ends too (conns.go says why).
+package client
 
 import (
 	"bytes"
@@ -14,6 +25,7 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/forkbox/forkbox/internal/agent/wire"
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"golang.org/x/sys/unix"
 )
@@ -27,7 +39,7 @@ type Client struct {
 	conns  conns
 }
 
-// NewClient returns a client for the agent listening on socket (a host
+// New returns a client for the agent listening on socket (a host
 // path). The socket's directory belongs to the sandbox's root, so what
 // stands at the socket's name is the sandbox's to choose: each connection
 // opens that name without following a symlink, checks that it is a socket,
@@ -35,7 +47,7 @@ type Client struct {
 // agent cannot point the daemon at another sandbox's agent or at any other
 // socket of the host. The directory is held open for the client's life (a
 // deep data dir's path would not fit in a socket address anyway).
-func NewClient(socket string) *Client {
+func New(socket string) *Client {
 	dir, err := os.OpenFile(filepath.Dir(socket), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		// Calls fail with the reason when they dial.
@@ -116,7 +128,7 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 
 // decodeError turns an agent error answer into an errdefs error.
 func decodeError(resp *http.Response) error {
-	var eb ErrorBody
+	var eb wire.ErrorBody
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if json.Unmarshal(b, &eb) != nil || eb.Error.Code == "" {
 		return fmt.Errorf("sandbox agent: HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(b))
@@ -143,13 +155,13 @@ func (c *Client) Health(ctx context.Context) error {
 }
 
 // Self asks the agent how its own process stands (see SelfReport).
-func (c *Client) Self(ctx context.Context) (*SelfReport, error) {
+func (c *Client) Self(ctx context.Context) (*wire.SelfReport, error) {
 	resp, err := c.do(ctx, http.MethodGet, "/self", nil, nil, "")
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	var rep SelfReport
+	var rep wire.SelfReport
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&rep); err != nil {
 		return nil, fmt.Errorf("decode self report: %w", err)
 	}
@@ -158,9 +170,9 @@ func (c *Client) Self(ctx context.Context) (*SelfReport, error) {
 
 // Exec runs a command and calls onEvent for each output chunk as it arrives.
 // It returns the exit status; an error means the call itself failed.
-func (c *Client) Exec(ctx context.Context, req *ExecRequest, onEvent func(ExecEvent)) (*ExitStatus, error) {
-	var exit *ExitStatus
-	err := postStream(ctx, c, "/exec", req, "exec", func(ev *ExecEvent) (bool, error) {
+func (c *Client) Exec(ctx context.Context, req *wire.ExecRequest, onEvent func(wire.ExecEvent)) (*wire.ExitStatus, error) {
+	var exit *wire.ExitStatus
+	err := postStream(ctx, c, "/exec", req, "exec", func(ev *wire.ExecEvent) (bool, error) {
 		if ev.Exit != nil {
 			exit = ev.Exit
 			return true, nil
@@ -250,15 +262,15 @@ func (c *Client) RemoveFile(ctx context.Context, path string, recursive bool) er
 }
 
 // ListFiles lists a directory; it returns the directory's absolute path.
-func (c *Client) ListFiles(ctx context.Context, path string) (string, []FileEntry, error) {
+func (c *Client) ListFiles(ctx context.Context, path string) (string, []wire.FileEntry, error) {
 	resp, err := c.do(ctx, http.MethodGet, "/files/list", url.Values{"path": {path}}, nil, "")
 	if err != nil {
 		return "", nil, err
 	}
 	defer resp.Body.Close()
 	var out struct {
-		Path    string      `json:"path"`
-		Entries []FileEntry `json:"entries"`
+		Path    string           `json:"path"`
+		Entries []wire.FileEntry `json:"entries"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
 		return "", nil, fmt.Errorf("decode list answer: %w", err)
@@ -296,25 +308,25 @@ func (b *boundedLines) Read(p []byte) (int, error) {
 // running exec id (started with KeepStdin) and, if closeStdin, closes it
 // after.
 func (c *Client) ExecInput(ctx context.Context, id string, data []byte, closeStdin bool) error {
-	if len(data) > MaxExecInput {
-		return errdefs.TooLarge("exec input: %d bytes; at most %d at once", len(data), MaxExecInput)
+	if len(data) > wire.MaxExecInput {
+		return errdefs.TooLarge("exec input: %d bytes; at most %d at once", len(data), wire.MaxExecInput)
 	}
-	return c.postJSON(ctx, "/exec/input", ExecInputRequest{ID: id, Data: data, Close: closeStdin})
+	return c.postJSON(ctx, "/exec/input", wire.ExecInputRequest{ID: id, Data: data, Close: closeStdin})
 }
 
 // ExecSignal sends signal ("SIGTERM", "SIGKILL", "SIGINT" or "SIGHUP") to
 // the process group of the running exec id.
 func (c *Client) ExecSignal(ctx context.Context, id, signal string) error {
-	return c.postJSON(ctx, "/exec/signal", ExecSignalRequest{ID: id, Signal: signal})
+	return c.postJSON(ctx, "/exec/signal", wire.ExecSignalRequest{ID: id, Signal: signal})
 }
 
 // ExecResize sets the terminal size of the running exec id, started with
 // a PTY.
-func (c *Client) ExecResize(ctx context.Context, id string, size PTYSize) error {
+func (c *Client) ExecResize(ctx context.Context, id string, size wire.PTYSize) error {
 	if err := size.Check(); err != nil {
 		return err
 	}
-	return c.postJSON(ctx, "/exec/resize", ExecResizeRequest{ID: id, PTYSize: size})
+	return c.postJSON(ctx, "/exec/resize", wire.ExecResizeRequest{ID: id, PTYSize: size})
 }
 
 // postJSON posts req as JSON to path and discards the answer.
@@ -335,8 +347,8 @@ func (c *Client) postJSON(ctx context.Context, path string, req any) error {
 // Watch streams the changes in directory path (and below it when
 // recursive) to onEvent until ctx ends; it returns once the agent has
 // confirmed the watch (onEvent's first event is Started) or failed.
-func (c *Client) Watch(ctx context.Context, path string, recursive bool, onEvent func(WatchEvent)) error {
-	err := postStream(ctx, c, "/watch", &WatchRequest{Path: path, Recursive: recursive}, "watch", func(ev *WatchEvent) (bool, error) {
+func (c *Client) Watch(ctx context.Context, path string, recursive bool, onEvent func(wire.WatchEvent)) error {
+	err := postStream(ctx, c, "/watch", &wire.WatchRequest{Path: path, Recursive: recursive}, "watch", func(ev *wire.WatchEvent) (bool, error) {
 		onEvent(*ev)
 		return false, nil
 	})

@@ -1,4 +1,4 @@
-package agent
+package client
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/forkbox/forkbox/api"
+	"github.com/forkbox/forkbox/internal/agent/wire"
 	"github.com/forkbox/forkbox/internal/errdefs"
 )
 
@@ -25,9 +26,9 @@ type CodeDone struct {
 }
 
 // RunCode runs a cell and calls onEvent for each event while it runs.
-func (c *Client) RunCode(ctx context.Context, req *CodeRequest, onEvent func(CodeEvent)) (*CodeDone, error) {
+func (c *Client) RunCode(ctx context.Context, req *wire.CodeRequest, onEvent func(wire.CodeEvent)) (*CodeDone, error) {
 	var done *CodeDone
-	err := postStream(ctx, c, "/code", req, "code", func(ev *CodeEvent) (bool, error) {
+	err := postStream(ctx, c, "/code", req, "code", func(ev *wire.CodeEvent) (bool, error) {
 		switch ev.Type {
 		case "done":
 			if ev.Execution == nil {
@@ -73,7 +74,7 @@ func (c *Client) jsonCall(ctx context.Context, method, path string, in, out any)
 }
 
 // CreateContext starts a new code context.
-func (c *Client) CreateContext(ctx context.Context, req *CreateContextRequest) (*api.Context, error) {
+func (c *Client) CreateContext(ctx context.Context, req *wire.CreateContextRequest) (*api.Context, error) {
 	var out api.Context
 	return &out, c.jsonCall(ctx, http.MethodPost, "/contexts", req, &out)
 }
@@ -81,7 +82,7 @@ func (c *Client) CreateContext(ctx context.Context, req *CreateContextRequest) (
 // Prestart starts a language's default kernel ahead of its first cell,
 // hidden from the context list until that cell (a warm pool's sandboxes).
 func (c *Client) Prestart(ctx context.Context, language string) error {
-	return c.jsonCall(ctx, http.MethodPost, "/contexts/prestart", &PrestartRequest{Language: language}, nil)
+	return c.jsonCall(ctx, http.MethodPost, "/contexts/prestart", &wire.PrestartRequest{Language: language}, nil)
 }
 
 // ListContexts lists the sandbox's code contexts.
@@ -125,7 +126,7 @@ func jupyterPath(contextID, call string) string {
 // as for RunCode), starting the kernel if the context has none running.
 // language may be empty. A malformed message is an errdefs.ErrInvalidArgument
 // error, an unknown context errdefs.ErrNotFound.
-func (c *Client) JupyterSend(ctx context.Context, contextID, language string, m *JupyterMessage) error {
+func (c *Client) JupyterSend(ctx context.Context, contextID, language string, m *wire.JupyterMessage) error {
 	if contextID == "" {
 		return errdefs.InvalidArgument("context id is empty")
 	}
@@ -155,7 +156,7 @@ func (c *Client) JupyterSend(ctx context.Context, contextID, language string, m 
 // context's log started over (the context was made anew). It never starts a
 // kernel. The answer is checked, as the agent is the sandbox's: seqs rise
 // above after up to Head, channels and parts are what the protocol has.
-func (c *Client) JupyterRecv(ctx context.Context, contextID, language string, after int64, wait time.Duration) (*JupyterRecvAnswer, error) {
+func (c *Client) JupyterRecv(ctx context.Context, contextID, language string, after int64, wait time.Duration) (*wire.JupyterRecvAnswer, error) {
 	if contextID == "" {
 		return nil, errdefs.InvalidArgument("context id is empty")
 	}
@@ -169,7 +170,7 @@ func (c *Client) JupyterRecv(ctx context.Context, contextID, language string, af
 	}
 	defer resp.Body.Close()
 	body := &io.LimitedReader{R: resp.Body, N: maxJupyterAnswer + 1}
-	var ans JupyterRecvAnswer
+	var ans wire.JupyterRecvAnswer
 	if err := json.NewDecoder(body).Decode(&ans); err != nil {
 		switch {
 		case ctx.Err() != nil:
@@ -179,17 +180,18 @@ func (c *Client) JupyterRecv(ctx context.Context, contextID, language string, af
 		}
 		return nil, fmt.Errorf("decode agent answer: %w", err)
 	}
-	if err := ans.check(after); err != nil {
+	if err := checkRecvAnswer(&ans, after); err != nil {
 		return nil, fmt.Errorf("sandbox agent's jupyter answer: %w", err)
 	}
 	if ans.Messages == nil {
-		ans.Messages = []JupyterMessage{}
+		ans.Messages = []wire.JupyterMessage{}
 	}
 	return &ans, nil
 }
 
-// check says what is wrong with an answer to a receive after the cursor.
-func (a *JupyterRecvAnswer) check(after int64) error {
+// checkRecvAnswer says what is wrong with an answer to a receive after the
+// cursor.
+func checkRecvAnswer(a *wire.JupyterRecvAnswer, after int64) error {
 	if a.Head < 0 || a.Dropped < 0 {
 		return fmt.Errorf("head %d, dropped %d", a.Head, a.Dropped)
 	}

@@ -1,4 +1,4 @@
-package agent
+package client
 
 import (
 	"context"
@@ -26,7 +26,7 @@ func TestQuiesceWaitsForTheAgentsEnd(t *testing.T) {
 	// the client's EOF.
 	go srv.Serve(&slowCloseListener{Listener: ln, delay: 300 * time.Millisecond, closed: &closedLate})
 	t.Cleanup(func() { srv.Close() })
-	c := NewClient(sock)
+	c := New(sock)
 	t.Cleanup(c.Close)
 
 	ctx := context.Background()
@@ -75,7 +75,7 @@ func TestQuiesceWaitsForTheAgentsEnd(t *testing.T) {
 			}()
 		}
 	}()
-	stuck := NewClient(ln2.Addr().String())
+	stuck := New(ln2.Addr().String())
 	defer stuck.Close()
 	if err := stuck.Health(ctx); err != nil {
 		t.Fatal(err)

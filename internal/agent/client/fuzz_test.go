@@ -1,6 +1,6 @@
 //go:build linux
 
-package agent
+package client
 
 import (
 	"bytes"
@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"path"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -19,6 +18,7 @@ import (
 	"time"
 
 	"github.com/forkbox/forkbox/api"
+	"github.com/forkbox/forkbox/internal/agent/wire"
 	"github.com/forkbox/forkbox/internal/errdefs"
 )
 
@@ -53,14 +53,14 @@ func (a *fakeAgent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // returns a client for it.
 func startFakeAgent(tb testing.TB, a *fakeAgent) *Client {
 	tb.Helper()
-	sock := filepath.Join(tb.TempDir(), SocketName)
+	sock := filepath.Join(tb.TempDir(), wire.SocketName)
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	srv := &http.Server{Handler: a}
 	go srv.Serve(ln)
-	c := NewClient(sock)
+	c := New(sock)
 	tb.Cleanup(func() {
 		c.Close()
 		srv.Close()
@@ -118,11 +118,11 @@ func FuzzClientAnswers(f *testing.F) {
 		var err error
 		switch call % 10 {
 		case 0:
-			var got []ExecEvent
-			var exit *ExitStatus
-			exit, err = c.Exec(ctx, &ExecRequest{Cmd: "true"}, func(ev ExecEvent) { got = append(got, ev) })
+			var got []wire.ExecEvent
+			var exit *wire.ExitStatus
+			exit, err = c.Exec(ctx, &wire.ExecRequest{Cmd: "true"}, func(ev wire.ExecEvent) { got = append(got, ev) })
 			if status < 300 {
-				wantEvents, wantExit, complete := expectStream[ExecEvent](body, func(ev *ExecEvent) bool { return ev.Exit != nil })
+				wantEvents, wantExit, complete := expectStream[wire.ExecEvent](body, func(ev *wire.ExecEvent) bool { return ev.Exit != nil })
 				if complete != (err == nil) {
 					t.Fatalf("Exec over %q: %v (a complete stream: %v)", body, err, complete)
 				}
@@ -134,11 +134,11 @@ func FuzzClientAnswers(f *testing.F) {
 				}
 			}
 		case 1:
-			var got []CodeEvent
+			var got []wire.CodeEvent
 			var done *CodeDone
-			done, err = c.RunCode(ctx, &CodeRequest{Code: "1"}, func(ev CodeEvent) { got = append(got, ev) })
+			done, err = c.RunCode(ctx, &wire.CodeRequest{Code: "1"}, func(ev wire.CodeEvent) { got = append(got, ev) })
 			if status < 300 {
-				wantEvents, last, complete := expectStream[CodeEvent](body, func(ev *CodeEvent) bool { return ev.Type == "done" || ev.Type == "failure" })
+				wantEvents, last, complete := expectStream[wire.CodeEvent](body, func(ev *wire.CodeEvent) bool { return ev.Type == "done" || ev.Type == "failure" })
 				succeeded := complete && last.Type == "done" && last.Execution != nil
 				if succeeded != (err == nil) {
 					t.Fatalf("RunCode over %q: %+v, %v (want success: %v)", body, done, err, succeeded)
@@ -171,12 +171,12 @@ func FuzzClientAnswers(f *testing.F) {
 			_, _, err = c.ListFiles(ctx, "/workspace")
 			if status < 300 {
 				checkFirstValue(t, body, err, &struct {
-					Path    string      `json:"path"`
-					Entries []FileEntry `json:"entries"`
+					Path    string           `json:"path"`
+					Entries []wire.FileEntry `json:"entries"`
 				}{})
 			}
 		case 4:
-			_, err = c.CreateContext(ctx, &CreateContextRequest{Language: "python"})
+			_, err = c.CreateContext(ctx, &wire.CreateContextRequest{Language: "python"})
 			if status < 300 {
 				checkFirstValue(t, body, err, &api.Context{})
 			}
@@ -309,7 +309,7 @@ func checkErrorAnswer(t *testing.T, status int, body []byte, err error) {
 	if err == nil {
 		t.Fatalf("a %d answer %q gave no error", status, body)
 	}
-	var eb ErrorBody
+	var eb wire.ErrorBody
 	if len(body) <= 64<<10 && json.Unmarshal(body, &eb) == nil && eb.Error.Code != "" {
 		if err.Error() != eb.Error.Message {
 			t.Fatalf("agent error %q came back as %q", body, err)
@@ -322,81 +322,4 @@ func checkErrorAnswer(t *testing.T, status int, body []byte, err error) {
 	if !strings.Contains(err.Error(), fmt.Sprintf("HTTP %d", status)) {
 		t.Fatalf("a %d answer %q gave %q, which does not name the status", status, body, err)
 	}
-}
-
-// FuzzCleanPath checks the agent's check of file paths, which come from API
-// clients: an accepted path is absolute, clean, under the working directory
-// when relative, and outside the trees the files API never serves; a path
-// with a ".." element or a NUL byte is refused; every refusal is
-// invalid_argument.
-func FuzzCleanPath(f *testing.F) {
-	for _, p := range []string{"a.txt", "/workspace/a", "../etc/passwd", "a/../b", "/proc/self/environ", "/procfs", "/.forkbox/run/agent.sock",
-		"/.forkbox", "//dev//null", "/sys/", "./x/./", "", "\x00", "/a/..", "...", "/", "dev", "/tmp/.."} {
-		f.Add(p)
-	}
-	s := &server{cfg: Config{WorkDir: "/workspace"}}
-	f.Fuzz(func(t *testing.T, p string) {
-		got, err := s.cleanPath(p)
-		hasDotDot := false
-		for _, el := range strings.Split(p, "/") {
-			hasDotDot = hasDotDot || el == ".."
-		}
-		if err != nil {
-			if !errors.Is(err, errdefs.ErrInvalidArgument) {
-				t.Fatalf("cleanPath(%q) = %v, not invalid_argument", p, err)
-			}
-			return
-		}
-		if p == "" || hasDotDot || strings.ContainsRune(p, 0) {
-			t.Fatalf("cleanPath(%q) accepted it as %q", p, got)
-		}
-		if !path.IsAbs(got) || got != path.Clean(got) {
-			t.Fatalf("cleanPath(%q) = %q: not absolute and clean", p, got)
-		}
-		if !strings.HasPrefix(p, "/") && got != "/workspace" && !strings.HasPrefix(got, "/workspace/") {
-			t.Fatalf("cleanPath(%q) = %q: a relative path left the working directory", p, got)
-		}
-		for _, tree := range forbidden {
-			if got == tree || strings.HasPrefix(got, tree+"/") {
-				t.Fatalf("cleanPath(%q) = %q, inside %s", p, got, tree)
-			}
-		}
-	})
-}
-
-// FuzzMergeEnv checks MergeEnv on environments from API clients and images
-// (newline-separated here): every variable appears once, with the value of
-// its last entry in b, else its last entry in a, at the place of its first
-// appearance.
-func FuzzMergeEnv(f *testing.F) {
-	f.Add("PATH=/bin\nHOME=/home/user\nA=1", "A=2\nB=3\nA=4")
-	f.Add("", "=x\nnoequals\nK==v")
-	f.Add("A=1\nA=2", "")
-	f.Fuzz(func(t *testing.T, as, bs string) {
-		split := func(s string) []string {
-			if s == "" {
-				return nil
-			}
-			return strings.Split(s, "\n")
-		}
-		a, b := split(as), split(bs)
-		got := MergeEnv(a, b)
-		want := map[string]string{}
-		var order []string
-		for _, kv := range append(append([]string(nil), a...), b...) {
-			k, _, _ := strings.Cut(kv, "=")
-			if _, ok := want[k]; !ok {
-				order = append(order, k)
-			}
-			want[k] = kv
-		}
-		if len(got) != len(order) {
-			t.Fatalf("MergeEnv(%q, %q) = %q: %d entries, want %d", a, b, got, len(got), len(order))
-		}
-		for i, k := range order {
-			if got[i] != want[k] {
-				t.Fatalf("MergeEnv(%q, %q) = %q: entry %d is %q, want %q", a, b, got, i, got[i], want[k])
-			}
-		}
-	})
 }

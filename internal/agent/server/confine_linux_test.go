@@ -1,4 +1,4 @@
-package agent
+package server
 
 import (
 	"errors"
@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/forkbox/forkbox/internal/agent/wire"
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/harden"
 	"golang.org/x/sys/unix"
@@ -29,7 +30,7 @@ func testServer(t *testing.T) (*server, string) {
 	}
 	t.Cleanup(func() { unix.Close(fd) })
 	s := &server{
-		cfg:    Config{UID: os.Getuid(), GID: os.Getgid(), WorkDir: "/workspace"},
+		cfg:    wire.Config{UID: os.Getuid(), GID: os.Getgid(), WorkDir: "/workspace"},
 		log:    slog.New(slog.DiscardHandler),
 		rootFD: fd,
 	}
@@ -37,7 +38,7 @@ func testServer(t *testing.T) (*server, string) {
 }
 
 func TestCleanPath(t *testing.T) {
-	s := &server{cfg: Config{WorkDir: "/workspace"}}
+	s := &server{cfg: wire.Config{WorkDir: "/workspace"}}
 	ok := map[string]string{
 		"data.csv":           "/workspace/data.csv",
 		"a/./b//c":           "/workspace/a/b/c",

@@ -1,4 +1,4 @@
-package agent
+package server
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/forkbox/forkbox/api"
+	"github.com/forkbox/forkbox/internal/agent/wire"
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/kernel"
 	"golang.org/x/sys/unix"
@@ -213,7 +214,7 @@ func (s *server) launch(argv, env []string, dir string) (int, <-chan kernel.Exit
 	if len(argv) == 0 {
 		return 0, nil, errors.New("empty kernel argv")
 	}
-	full := MergeEnv(s.cfg.Env, env)
+	full := wire.MergeEnv(s.cfg.Env, env)
 	var pid int
 	var done <-chan unix.WaitStatus
 	err := s.userDo(func() error {
@@ -371,7 +372,7 @@ func (s *server) specFromBody(r *http.Request, req any, language *string, what s
 // once. A silent empty cell warms the path a first cell takes. Prestarting
 // a default context that exists already is a no-op.
 func (s *server) handlePrestart(w http.ResponseWriter, r *http.Request) {
-	var req PrestartRequest
+	var req wire.PrestartRequest
 	spec, err := s.specFromBody(r, &req, &req.Language, "prestart")
 	if err != nil {
 		writeError(w, err)
@@ -438,7 +439,7 @@ func (c *codeContext) view() api.Context {
 }
 
 func (s *server) handleCreateContext(w http.ResponseWriter, r *http.Request) {
-	var req CreateContextRequest
+	var req wire.CreateContextRequest
 	spec, err := s.specFromBody(r, &req, &req.Language, "context")
 	if err != nil {
 		writeError(w, err)
@@ -605,7 +606,7 @@ func (s *server) handleRestartContext(w http.ResponseWriter, r *http.Request) {
 // handleCode runs one cell and streams its events as NDJSON, ending with the
 // execution.
 func (s *server) handleCode(w http.ResponseWriter, r *http.Request) {
-	var req CodeRequest
+	var req wire.CodeRequest
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 		writeError(w, errdefs.InvalidArgument("bad code request: %v", err))
 		return
@@ -631,7 +632,7 @@ func (s *server) handleCode(w http.ResponseWriter, r *http.Request) {
 	flusher, _ := w.(http.Flusher)
 	var wmu sync.Mutex
 	enc := json.NewEncoder(w)
-	send := func(ev CodeEvent) {
+	send := func(ev wire.CodeEvent) {
 		wmu.Lock()
 		defer wmu.Unlock()
 		if enc.Encode(ev) == nil && flusher != nil {
@@ -643,11 +644,11 @@ func (s *server) handleCode(w http.ResponseWriter, r *http.Request) {
 	c.mu.Unlock()
 	setup, teardown, err := envAround(c.spec, req.Env)
 	if err != nil {
-		send(CodeEvent{Type: "failure", Text: err.Error()})
+		send(wire.CodeEvent{Type: "failure", Text: err.Error()})
 		return
 	}
 	kex, err := k.ExecuteAround(ctx, setup, req.Code, teardown, func(ev kernel.Event) {
-		send(CodeEvent{Type: ev.Type, Text: ev.Text, Result: ev.Result, Error: apiError(ev.Error)})
+		send(wire.CodeEvent{Type: ev.Type, Text: ev.Text, Result: ev.Result, Error: apiError(ev.Error)})
 	})
 	exec := apiExecution(kex)
 	c.mu.Lock()
@@ -663,11 +664,11 @@ func (s *server) handleCode(w http.ResponseWriter, r *http.Request) {
 			exec = &api.Execution{Logs: api.Logs{Stdout: []string{}, Stderr: []string{}}, Results: []map[string]any{},
 				Error: &api.ExecutionError{Name: "KernelDied", Value: err.Error(), Traceback: []string{}}}
 		} else {
-			send(CodeEvent{Type: "failure", Text: err.Error()})
+			send(wire.CodeEvent{Type: "failure", Text: err.Error()})
 			return
 		}
 	}
-	send(CodeEvent{Type: "done", Execution: exec, ContextID: c.id, PID: k.PID()})
+	send(wire.CodeEvent{Type: "done", Execution: exec, ContextID: c.id, PID: k.PID()})
 }
 
 // envAround returns the silent setup and teardown that give one Python cell

@@ -1,4 +1,4 @@
-package agent
+package server
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/forkbox/forkbox/internal/agent/wire"
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/lazyre"
 	"golang.org/x/sys/unix"
@@ -195,20 +196,20 @@ func (t *execTable) write(ctx context.Context, id string, data []byte) error {
 }
 
 func (s *server) handleExecInput(w http.ResponseWriter, r *http.Request) {
-	var req ExecInputRequest
+	var req wire.ExecInputRequest
 	// Base64 makes 1 MiB of data 4/3 as long; allow for the rest.
-	body := http.MaxBytesReader(w, r.Body, MaxExecInput*4/3+4096)
+	body := http.MaxBytesReader(w, r.Body, wire.MaxExecInput*4/3+4096)
 	if err := json.NewDecoder(body).Decode(&req); err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			writeError(w, errdefs.TooLarge("exec input: at most %d bytes at once", MaxExecInput))
+			writeError(w, errdefs.TooLarge("exec input: at most %d bytes at once", wire.MaxExecInput))
 			return
 		}
 		writeError(w, errdefs.InvalidArgument("bad exec input request: %v", err))
 		return
 	}
-	if len(req.Data) > MaxExecInput {
-		writeError(w, errdefs.TooLarge("exec input: %d bytes; at most %d at once", len(req.Data), MaxExecInput))
+	if len(req.Data) > wire.MaxExecInput {
+		writeError(w, errdefs.TooLarge("exec input: %d bytes; at most %d at once", len(req.Data), wire.MaxExecInput))
 		return
 	}
 	if len(req.Data) > 0 {
@@ -235,7 +236,7 @@ func (s *server) handleExecInput(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *server) handleExecSignal(w http.ResponseWriter, r *http.Request) {
-	var req ExecSignalRequest
+	var req wire.ExecSignalRequest
 	if err := json.NewDecoder(io.LimitReader(r.Body, 4096)).Decode(&req); err != nil {
 		writeError(w, errdefs.InvalidArgument("bad exec signal request: %v", err))
 		return

@@ -1,18 +1,16 @@
-package agent
+package server
 
 import (
 	"context"
 	"errors"
-	"net"
-	"net/http"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/forkbox/forkbox/internal/agent/wire"
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"golang.org/x/sys/unix"
 )
@@ -26,7 +24,7 @@ var (
 
 // execAgent serves a test server's routes on a Unix socket, with commands
 // run as the current user, and returns a client for it.
-func execAgent(t *testing.T) *Client {
+func execAgent(t *testing.T) *testAgent {
 	t.Helper()
 	if os.Getuid() != 0 {
 		// Commands start with a credential; only root may set one,
@@ -36,17 +34,7 @@ func execAgent(t *testing.T) *Client {
 	testReaperOnce.Do(func() { testReaper = newReaper() })
 	s, _ := testServer(t)
 	s.reaper = testReaper
-	sock := filepath.Join(t.TempDir(), SocketName)
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: s.routes()}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	c := NewClient(sock)
-	t.Cleanup(c.Close)
-	return c
+	return serveTestAgent(t, s)
 }
 
 // bgExec runs req in the background; started is closed once the agent
@@ -56,7 +44,7 @@ type bgExec struct {
 	started chan struct{}
 	mu      sync.Mutex
 	out     strings.Builder
-	done    chan *ExitStatus
+	done    chan *wire.ExitStatus
 	err     error
 }
 
@@ -66,12 +54,12 @@ func (b *bgExec) output() string {
 	return b.out.String()
 }
 
-func startBg(t *testing.T, c *Client, req *ExecRequest) *bgExec {
+func startBg(t *testing.T, c *testAgent, req *wire.ExecRequest) *bgExec {
 	t.Helper()
-	b := &bgExec{started: make(chan struct{}), done: make(chan *ExitStatus, 1)}
+	b := &bgExec{started: make(chan struct{}), done: make(chan *wire.ExitStatus, 1)}
 	var once sync.Once
 	go func() {
-		st, err := c.Exec(context.Background(), req, func(ev ExecEvent) {
+		st, err := c.Exec(context.Background(), req, func(ev wire.ExecEvent) {
 			if ev.Started {
 				once.Do(func() { close(b.started) })
 			}
@@ -91,7 +79,7 @@ func startBg(t *testing.T, c *Client, req *ExecRequest) *bgExec {
 	return b
 }
 
-func (b *bgExec) wait(t *testing.T) *ExitStatus {
+func (b *bgExec) wait(t *testing.T) *wire.ExitStatus {
 	t.Helper()
 	select {
 	case st := <-b.done:
@@ -108,7 +96,7 @@ func (b *bgExec) wait(t *testing.T) *ExitStatus {
 func TestExecInputKeepsStdin(t *testing.T) {
 	c := execAgent(t)
 	ctx := context.Background()
-	b := startBg(t, c, &ExecRequest{Cmd: "/bin/sh", Args: []string{"-c", "read a; echo got:$a; cat"},
+	b := startBg(t, c, &wire.ExecRequest{Cmd: "/bin/sh", Args: []string{"-c", "read a; echo got:$a; cat"},
 		Cwd: "/tmp", ID: "keep-1", KeepStdin: true, Stdin: []byte("first\n")})
 	if err := c.ExecInput(ctx, "keep-1", []byte("second\n"), false); err != nil {
 		t.Fatal(err)
@@ -128,7 +116,7 @@ func TestExecInputKeepsStdin(t *testing.T) {
 		t.Errorf("signal after the end: %v, want not found", err)
 	}
 	// The id is free again.
-	b = startBg(t, c, &ExecRequest{Cmd: "/bin/true", Cwd: "/tmp", ID: "keep-1"})
+	b = startBg(t, c, &wire.ExecRequest{Cmd: "/bin/true", Cwd: "/tmp", ID: "keep-1"})
 	if st := b.wait(t); st.Code != 0 {
 		t.Errorf("second exec with the id: %+v", st)
 	}
@@ -138,7 +126,7 @@ func TestExecControlRefusals(t *testing.T) {
 	c := execAgent(t)
 	ctx := context.Background()
 	for _, id := range []string{"bad id", "a/b", strings.Repeat("x", 65), "ü"} {
-		if _, err := c.Exec(ctx, &ExecRequest{Cmd: "/bin/true", Cwd: "/tmp", ID: id}, nil); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		if _, err := c.Exec(ctx, &wire.ExecRequest{Cmd: "/bin/true", Cwd: "/tmp", ID: id}, nil); !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("exec id %q: %v, want invalid argument", id, err)
 		}
 		if err := c.ExecInput(ctx, id, []byte("x"), false); !errors.Is(err, errdefs.ErrInvalidArgument) {
@@ -148,7 +136,7 @@ func TestExecControlRefusals(t *testing.T) {
 			t.Errorf("signal id %q: %v, want invalid argument", id, err)
 		}
 	}
-	if _, err := c.Exec(ctx, &ExecRequest{Cmd: "/bin/true", Cwd: "/tmp", KeepStdin: true}, nil); !errors.Is(err, errdefs.ErrInvalidArgument) {
+	if _, err := c.Exec(ctx, &wire.ExecRequest{Cmd: "/bin/true", Cwd: "/tmp", KeepStdin: true}, nil); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("keep_stdin without id: %v", err)
 	}
 	if err := c.ExecInput(ctx, "nope", []byte("x"), false); !errors.Is(err, errdefs.ErrNotFound) {
@@ -161,8 +149,8 @@ func TestExecControlRefusals(t *testing.T) {
 		t.Errorf("signal to an unknown id: %v, want not found", err)
 	}
 
-	b := startBg(t, c, &ExecRequest{Cmd: "/bin/sleep", Args: []string{"100"}, Cwd: "/tmp", ID: "busy"})
-	if _, err := c.Exec(ctx, &ExecRequest{Cmd: "/bin/true", Cwd: "/tmp", ID: "busy"}, nil); !errors.Is(err, errdefs.ErrConflict) {
+	b := startBg(t, c, &wire.ExecRequest{Cmd: "/bin/sleep", Args: []string{"100"}, Cwd: "/tmp", ID: "busy"})
+	if _, err := c.Exec(ctx, &wire.ExecRequest{Cmd: "/bin/true", Cwd: "/tmp", ID: "busy"}, nil); !errors.Is(err, errdefs.ErrConflict) {
 		t.Errorf("a second exec with a running id: %v, want conflict", err)
 	}
 	for _, sig := range []string{"", "SIGSTOP", "9", "KILL", "sigkill"} {
@@ -175,11 +163,11 @@ func TestExecControlRefusals(t *testing.T) {
 		t.Errorf("input without keep_stdin: %v, want failed precondition", err)
 	}
 	// Oversize input: the client refuses it, and so does the agent.
-	big := make([]byte, MaxExecInput+1)
+	big := make([]byte, wire.MaxExecInput+1)
 	if err := c.ExecInput(ctx, "busy", big, false); !errors.Is(err, errdefs.ErrTooLarge) {
 		t.Errorf("client, oversize input: %v, want too large", err)
 	}
-	if err := c.postJSON(ctx, "/exec/input", ExecInputRequest{ID: "busy", Data: big}); !errors.Is(err, errdefs.ErrTooLarge) {
+	if err := c.sendJSON(ctx, "/exec/input", wire.ExecInputRequest{ID: "busy", Data: big}); !errors.Is(err, errdefs.ErrTooLarge) {
 		t.Errorf("agent, oversize input: %v, want too large", err)
 	}
 	if err := c.ExecSignal(ctx, "busy", "SIGKILL"); err != nil {
@@ -207,7 +195,7 @@ func gone(pid int) bool {
 
 func TestExecSignalKillsGroup(t *testing.T) {
 	c := execAgent(t)
-	b := startBg(t, c, &ExecRequest{Cmd: "/bin/sh", Args: []string{"-c", "sleep 100 & echo $!; wait"}, Cwd: "/tmp", ID: "group"})
+	b := startBg(t, c, &wire.ExecRequest{Cmd: "/bin/sh", Args: []string{"-c", "sleep 100 & echo $!; wait"}, Cwd: "/tmp", ID: "group"})
 	var child int
 	deadline := time.Now().Add(10 * time.Second)
 	for child == 0 && time.Now().Before(deadline) {

@@ -1,4 +1,4 @@
-package agent
+package server
 
 import (
 	"crypto/rand"
@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/forkbox/forkbox/internal/agent/wire"
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"golang.org/x/sys/unix"
 )
@@ -33,7 +34,7 @@ import (
 
 // forbidden are trees the files API does not serve. The kernel refuses them
 // anyway (they are other mounts); naming them here gives a clearer error.
-var forbidden = []string{"/proc", "/sys", "/dev", Dir}
+var forbidden = []string{"/proc", "/sys", "/dev", wire.Dir}
 
 // cleanPath validates p (absolute, or relative to the workdir) and returns it
 // absolute.
@@ -369,7 +370,7 @@ func (s *server) handleList(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	var entries []FileEntry
+	var entries []wire.FileEntry
 	err = s.asUser(func() error {
 		d, _, err := s.openNode(p, true)
 		if err != nil {
@@ -386,7 +387,7 @@ func (s *server) handleList(w http.ResponseWriter, r *http.Request) {
 			if err := unix.Fstatat(fd, n, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 				continue // vanished meanwhile
 			}
-			entries = append(entries, FileEntry{
+			entries = append(entries, wire.FileEntry{
 				Name:    n,
 				Path:    path.Join(p, n),
 				Type:    fileType(st.Mode),
@@ -402,7 +403,7 @@ func (s *server) handleList(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if entries == nil {
-		entries = []FileEntry{}
+		entries = []wire.FileEntry{}
 	}
 	sortEntries(entries)
 	w.Header().Set("Content-Type", "application/json")

@@ -1,4 +1,4 @@
-package agent
+package server
 
 import (
 	"encoding/json"
@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/forkbox/forkbox/internal/agent/wire"
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/kernel"
 )
@@ -31,7 +32,7 @@ const (
 // kernel's reader goroutines and does not block.
 func (c *codeContext) onKernelMessage(m *kernel.Message) {
 	if l := c.jlog.Load(); l != nil {
-		l.add(JupyterMessage{Channel: m.Channel, Header: m.Header, Parent: m.Parent,
+		l.add(wire.JupyterMessage{Channel: m.Channel, Header: m.Header, Parent: m.Parent,
 			Metadata: m.Metadata, Content: m.Content, Buffers: m.Buffers})
 	}
 }
@@ -49,7 +50,7 @@ func (c *codeContext) jupyterLog() *jupyterLog {
 // starting the kernel if it has none (or the last one died).
 func (s *server) handleJupyterSend(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, maxJupyterSend)
-	var m JupyterMessage
+	var m wire.JupyterMessage
 	if err := json.NewDecoder(r.Body).Decode(&m); err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {

@@ -1,9 +1,10 @@
-package agent
+package server
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -12,17 +13,27 @@ import (
 	"testing"
 	"time"
 
+	"github.com/forkbox/forkbox/internal/agent/client"
+	"github.com/forkbox/forkbox/internal/agent/wire"
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/kernel"
 )
 
+// testAgent is the daemon's client for a test server, served on a Unix
+// socket, and a plain HTTP client for the requests the daemon's client
+// never sends (malformed or over its limits).
+type testAgent struct {
+	*client.Client
+	raw *http.Client
+}
+
 // serveTestAgent serves s's routes on a Unix socket and returns a client.
-func serveTestAgent(t *testing.T, s *server) *Client {
+func serveTestAgent(t *testing.T, s *server) *testAgent {
 	t.Helper()
 	if s.ctxs.byID == nil {
 		s.ctxs.byID = map[string]*codeContext{}
 	}
-	sock := filepath.Join(t.TempDir(), SocketName)
+	sock := filepath.Join(t.TempDir(), wire.SocketName)
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
@@ -30,9 +41,46 @@ func serveTestAgent(t *testing.T, s *server) *Client {
 	srv := &http.Server{Handler: s.routes()}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
-	c := NewClient(sock)
+	c := client.New(sock)
 	t.Cleanup(c.Close)
-	return c
+	raw := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}}}
+	t.Cleanup(raw.CloseIdleConnections)
+	return &testAgent{Client: c, raw: raw}
+}
+
+// send sends body to path as it is and returns the agent's error answer
+// as the daemon's client does: its message, of the kind its code names.
+func (a *testAgent) send(ctx context.Context, method, path, body string) error {
+	req, err := http.NewRequestWithContext(ctx, method, "http://agent"+path, strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := a.raw.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode < 300 {
+		return nil
+	}
+	var eb wire.ErrorBody
+	if err := json.NewDecoder(resp.Body).Decode(&eb); err != nil {
+		return fmt.Errorf("HTTP %d: %w", resp.StatusCode, err)
+	}
+	return fmt.Errorf("%s (HTTP %d): %w", eb.Error.Message, resp.StatusCode, errdefs.FromCode(eb.Error.Code))
+}
+
+// sendJSON sends v as JSON (see send).
+func (a *testAgent) sendJSON(ctx context.Context, path string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return a.send(ctx, http.MethodPost, path, string(b))
 }
 
 // addTestContext registers a context that has no kernel.
@@ -83,7 +131,7 @@ func TestJupyterCalls(t *testing.T) {
 	}
 
 	// A waiting receive wakes when a message comes.
-	got := make(chan *JupyterRecvAnswer, 1)
+	got := make(chan *wire.JupyterRecvAnswer, 1)
 	go func() {
 		ans, err := c.JupyterRecv(ctx, cx.id, "", 1, 30*time.Second)
 		if err != nil {
@@ -128,22 +176,16 @@ func TestJupyterCalls(t *testing.T) {
 	wantKind(t, "another language", err, errdefs.ErrInvalidArgument)
 	_, err = c.JupyterRecv(ctx, "ctx_00000000", "", 0, 0)
 	wantKind(t, "unknown context", err, errdefs.ErrNotFound)
-	err = c.JupyterSend(ctx, "ctx_00000000", "", &JupyterMessage{Channel: "shell"})
+	err = c.JupyterSend(ctx, "ctx_00000000", "", &wire.JupyterMessage{Channel: "shell"})
 	wantKind(t, "send to an unknown context", err, errdefs.ErrNotFound)
 	for _, q := range []string{"after=x", "wait_ms=-1", "wait_ms=1.5"} {
-		resp, err := c.do(ctx, http.MethodGet, "/contexts/"+cx.id+"/jupyter/recv?"+q, nil, nil, "")
-		if err == nil {
-			resp.Body.Close()
-		}
+		err := c.send(ctx, http.MethodGet, "/contexts/"+cx.id+"/jupyter/recv?"+q, "")
 		wantKind(t, q, err, errdefs.ErrInvalidArgument)
 	}
-	resp, err := c.do(ctx, http.MethodPost, "/contexts/"+cx.id+"/jupyter/send", nil, strings.NewReader(`{"channel":`), "application/json")
-	if err == nil {
-		resp.Body.Close()
-	}
+	err = c.send(ctx, http.MethodPost, "/contexts/"+cx.id+"/jupyter/send", `{"channel":`)
 	wantKind(t, "a truncated message", err, errdefs.ErrInvalidArgument)
 	// A send starts the kernel, which cannot start here.
-	if err := c.JupyterSend(ctx, cx.id, "", &JupyterMessage{Channel: "shell"}); err == nil || !strings.Contains(err.Error(), "no kernels in this test") {
+	if err := c.JupyterSend(ctx, cx.id, "", &wire.JupyterMessage{Channel: "shell"}); err == nil || !strings.Contains(err.Error(), "no kernels in this test") {
 		t.Errorf("send without a kernel: %v", err)
 	}
 
@@ -177,13 +219,13 @@ func TestCreateContextID(t *testing.T) {
 		t.Skipf("no python kernelspec: %v", err)
 	}
 	for _, id := range []string{"ctx_0000ABCD", "ctx_123", "ctx_0123456789abcdef", "default-python3", "ctx_0000abcg", "../ctx_0000abcd"} {
-		_, err := c.CreateContext(ctx, &CreateContextRequest{ID: id, Language: "python"})
+		_, err := c.CreateContext(ctx, &wire.CreateContextRequest{ID: id, Language: "python"})
 		wantKind(t, "id "+id, err, errdefs.ErrInvalidArgument)
 	}
-	_, err := c.CreateContext(ctx, &CreateContextRequest{ID: "ctx_0000abcd", Language: "python"})
+	_, err := c.CreateContext(ctx, &wire.CreateContextRequest{ID: "ctx_0000abcd", Language: "python"})
 	wantKind(t, "an id in use", err, errdefs.ErrConflict)
 	// A free id passes its checks and gets as far as the kernel's start.
-	_, err = c.CreateContext(ctx, &CreateContextRequest{ID: "ctx_0000abce", Language: "python"})
+	_, err = c.CreateContext(ctx, &wire.CreateContextRequest{ID: "ctx_0000abce", Language: "python"})
 	if err == nil || !strings.Contains(err.Error(), "no kernels in this test") {
 		t.Errorf("a free id: %v", err)
 	}
@@ -216,9 +258,9 @@ func TestJupyterKernel(t *testing.T) {
 	t.Cleanup(func() { c.DeleteContext(context.Background(), "default-python3") })
 
 	var after int64
-	var seen []JupyterMessage
+	var seen []wire.JupyterMessage
 	// await receives until a message matches.
-	await := func(what string, match func(*JupyterMessage) bool) *JupyterMessage {
+	await := func(what string, match func(*wire.JupyterMessage) bool) *wire.JupyterMessage {
 		t.Helper()
 		for _, m := range seen {
 			if match(&m) {
@@ -251,13 +293,13 @@ func TestJupyterKernel(t *testing.T) {
 		id := "nb-" + string(rune('a'+msgID))
 		h, _ := json.Marshal(map[string]string{"msg_id": id, "msg_type": msgType, "session": "nb", "username": "nb", "version": "5.3"})
 		b, _ := json.Marshal(content)
-		if err := c.JupyterSend(ctx, "default", "python", &JupyterMessage{Channel: channel, Header: h, Parent: parent, Content: b}); err != nil {
+		if err := c.JupyterSend(ctx, "default", "python", &wire.JupyterMessage{Channel: channel, Header: h, Parent: parent, Content: b}); err != nil {
 			t.Fatalf("send %s: %v", msgType, err)
 		}
 		return id
 	}
-	reply := func(channel, msgType, parentID string) func(*JupyterMessage) bool {
-		return func(m *JupyterMessage) bool {
+	reply := func(channel, msgType, parentID string) func(*wire.JupyterMessage) bool {
+		return func(m *wire.JupyterMessage) bool {
 			var h, p struct {
 				MsgID   string `json:"msg_id"`
 				MsgType string `json:"msg_type"`
@@ -287,11 +329,11 @@ func TestJupyterKernel(t *testing.T) {
 	await("execute_reply", reply("shell", "execute_reply", id))
 
 	// forkbox's own cell: its output reaches the attached client too.
-	done, err := c.RunCode(ctx, &CodeRequest{Code: "print(x + '!')"}, nil)
+	done, err := c.RunCode(ctx, &wire.CodeRequest{Code: "print(x + '!')"}, nil)
 	if err != nil || done.Execution.Error != nil || strings.Join(done.Execution.Logs.Stdout, "") != "forkbox!\n" {
 		t.Fatalf("RunCode: %+v, %v", done, err)
 	}
-	await("forkbox's output", func(m *JupyterMessage) bool {
+	await("forkbox's output", func(m *wire.JupyterMessage) bool {
 		return m.Channel == "iopub" && strings.Contains(string(m.Content), `forkbox!\n`)
 	})
 

@@ -1,4 +1,4 @@
-package agent
+package server
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/forkbox/forkbox/internal/agent/wire"
 )
 
 // A context's Jupyter message log is what a Jupyter client attached to the
@@ -52,7 +54,7 @@ type jupyterLog struct {
 }
 
 type logEntry struct {
-	msg  JupyterMessage
+	msg  wire.JupyterMessage
 	size int64
 }
 
@@ -62,7 +64,7 @@ func newJupyterLog() *jupyterLog {
 
 // messageSize is about what m takes in an answer: its JSON parts as they
 // are, its buffers in base64, and the rest.
-func messageSize(m *JupyterMessage) int64 {
+func messageSize(m *wire.JupyterMessage) int64 {
 	n := int64(messageOverhead + len(m.Channel) + len(m.Header) + len(m.Parent) + len(m.Metadata) + len(m.Content))
 	for _, b := range m.Buffers {
 		n += int64(base64.StdEncoding.EncodedLen(len(b)) + 3)
@@ -72,7 +74,7 @@ func messageSize(m *JupyterMessage) int64 {
 
 // add numbers m and keeps it, evicting the oldest messages to make room. m
 // is kept as it is, its parts shared, never changed afterwards.
-func (l *jupyterLog) add(m JupyterMessage) {
+func (l *jupyterLog) add(m wire.JupyterMessage) {
 	size := messageSize(&m)
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -113,7 +115,7 @@ func (l *jupyterLog) wake() {
 // for one when there is none yet, or until ctx ends or the log closes.
 // after = -1 asks for the head alone, at once. A cursor past the head (of
 // an earlier log, say) is answered at once: its Head is below the cursor.
-func (l *jupyterLog) read(ctx context.Context, after int64, wait time.Duration) *JupyterRecvAnswer {
+func (l *jupyterLog) read(ctx context.Context, after int64, wait time.Duration) *wire.JupyterRecvAnswer {
 	var expired <-chan time.Time
 	if wait > 0 && after >= 0 {
 		t := time.NewTimer(wait)
@@ -150,8 +152,8 @@ func (l *jupyterLog) read(ctx context.Context, after int64, wait time.Duration) 
 // the seqs after the cursor up to its last message, or up to Head when it
 // has none: Dropped counts those it lacks, and the caller's next cursor is
 // the last message's seq, or Head.
-func (l *jupyterLog) collect(after int64) *JupyterRecvAnswer {
-	ans := &JupyterRecvAnswer{Head: l.head, Messages: []JupyterMessage{}}
+func (l *jupyterLog) collect(after int64) *wire.JupyterRecvAnswer {
+	ans := &wire.JupyterRecvAnswer{Head: l.head, Messages: []wire.JupyterMessage{}}
 	if after < 0 || after >= l.head {
 		return ans
 	}

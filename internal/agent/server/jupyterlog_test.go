@@ -1,4 +1,4 @@
-package agent
+package server
 
 import (
 	"bytes"
@@ -7,14 +7,16 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/forkbox/forkbox/internal/agent/wire"
 )
 
-func logMsg(content string) JupyterMessage {
-	return JupyterMessage{Channel: "iopub", Header: json.RawMessage(`{}`), Parent: json.RawMessage(`{}`),
+func logMsg(content string) wire.JupyterMessage {
+	return wire.JupyterMessage{Channel: "iopub", Header: json.RawMessage(`{}`), Parent: json.RawMessage(`{}`),
 		Metadata: json.RawMessage(`{}`), Content: json.RawMessage(content)}
 }
 
-func seqs(ans *JupyterRecvAnswer) []int64 {
+func seqs(ans *wire.JupyterRecvAnswer) []int64 {
 	out := []int64{}
 	for _, m := range ans.Messages {
 		out = append(out, m.Seq)
@@ -23,7 +25,7 @@ func seqs(ans *JupyterRecvAnswer) []int64 {
 }
 
 // wantAnswer checks an answer's head, dropped count and message seqs.
-func wantAnswer(t *testing.T, ans *JupyterRecvAnswer, head, dropped int64, want ...int64) {
+func wantAnswer(t *testing.T, ans *wire.JupyterRecvAnswer, head, dropped int64, want ...int64) {
 	t.Helper()
 	if want == nil {
 		want = []int64{}
@@ -49,13 +51,13 @@ func waiting(t *testing.T, l *jupyterLog, n int) {
 }
 
 // readAsync runs read in the background.
-func readAsync(ctx context.Context, l *jupyterLog, after int64, wait time.Duration) <-chan *JupyterRecvAnswer {
-	ch := make(chan *JupyterRecvAnswer, 1)
+func readAsync(ctx context.Context, l *jupyterLog, after int64, wait time.Duration) <-chan *wire.JupyterRecvAnswer {
+	ch := make(chan *wire.JupyterRecvAnswer, 1)
 	go func() { ch <- l.read(ctx, after, wait) }()
 	return ch
 }
 
-func answered(t *testing.T, ch <-chan *JupyterRecvAnswer) *JupyterRecvAnswer {
+func answered(t *testing.T, ch <-chan *wire.JupyterRecvAnswer) *wire.JupyterRecvAnswer {
 	t.Helper()
 	select {
 	case ans := <-ch:

@@ -1,4 +1,4 @@
-package agent
+package server
 
 import (
 	"fmt"
@@ -6,6 +6,7 @@ import (
 	"syscall"
 	"unsafe"
 
+	"github.com/forkbox/forkbox/internal/agent/wire"
 	"github.com/forkbox/forkbox/internal/harden"
 	"golang.org/x/sys/unix"
 )
@@ -167,7 +168,7 @@ func setNotDumpable() error {
 }
 
 // selfReport is what GET /self answers.
-func (s *server) selfReport() (*SelfReport, error) {
+func (s *server) selfReport() (*wire.SelfReport, error) {
 	d, err := unix.PrctlRetInt(unix.PR_GET_DUMPABLE, 0, 0, 0, 0)
 	if err != nil {
 		return nil, err
@@ -189,7 +190,7 @@ func (s *server) selfReport() (*SelfReport, error) {
 	if gs == nil {
 		gs = []int{}
 	}
-	rep := &SelfReport{Dumpable: d, CapEff: capHex(c.eff), CapPrm: capHex(c.prm),
+	rep := &wire.SelfReport{Dumpable: d, CapEff: capHex(c.eff), CapPrm: capHex(c.prm),
 		Groups: gs, NoNewPrivs: nnp}
 	if s.caps != nil {
 		rep.WantEff, rep.WantPrm = capHex(s.caps.eff), capHex(s.caps.prm)

@@ -1,4 +1,4 @@
-package agent
+package server
 
 import (
 	"encoding/json"
@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 
+	"github.com/forkbox/forkbox/internal/agent/wire"
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"golang.org/x/sys/unix"
 )
@@ -27,7 +28,7 @@ const ptmxPath = "/dev/ptmx"
 // output open), and its slave, for the command. Call it with the identity the command
 // runs as: devpts makes the slave the opener's (fsuid and fsgid), as login
 // programs do with grantpt.
-func openPTY(sz PTYSize) (master, input, slave *os.File, err error) {
+func openPTY(sz wire.PTYSize) (master, input, slave *os.File, err error) {
 	if err := sz.Check(); err != nil {
 		return nil, nil, nil, err
 	}
@@ -99,7 +100,7 @@ func openPeer(mfd int) (int, error) {
 
 // resize sets the terminal size of exec id, which runs with a PTY; the
 // kernel sends SIGWINCH to the terminal's foreground process group.
-func (t *execTable) resize(id string, sz PTYSize) error {
+func (t *execTable) resize(id string, sz wire.PTYSize) error {
 	if err := sz.Check(); err != nil {
 		return err
 	}
@@ -136,7 +137,7 @@ func (t *execTable) resize(id string, sz PTYSize) error {
 }
 
 func (s *server) handleExecResize(w http.ResponseWriter, r *http.Request) {
-	var req ExecResizeRequest
+	var req wire.ExecResizeRequest
 	if err := json.NewDecoder(io.LimitReader(r.Body, 4096)).Decode(&req); err != nil {
 		writeError(w, errdefs.InvalidArgument("bad exec resize request: %v", err))
 		return

@@ -1,4 +1,4 @@
-package agent
+package server
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/forkbox/forkbox/internal/agent/wire"
 	"github.com/forkbox/forkbox/internal/errdefs"
 )
 
@@ -17,7 +18,7 @@ type ptyExec struct {
 	out     strings.Builder
 	streams map[string]bool
 	started chan struct{}
-	done    chan *ExitStatus
+	done    chan *wire.ExitStatus
 	err     error
 }
 
@@ -39,12 +40,12 @@ func (p *ptyExec) waitFor(t *testing.T, want string) {
 	}
 }
 
-func startPTY(t *testing.T, c *Client, req *ExecRequest) *ptyExec {
+func startPTY(t *testing.T, c *testAgent, req *wire.ExecRequest) *ptyExec {
 	t.Helper()
-	p := &ptyExec{streams: map[string]bool{}, started: make(chan struct{}), done: make(chan *ExitStatus, 1)}
+	p := &ptyExec{streams: map[string]bool{}, started: make(chan struct{}), done: make(chan *wire.ExitStatus, 1)}
 	var once sync.Once
 	go func() {
-		st, err := c.Exec(context.Background(), req, func(ev ExecEvent) {
+		st, err := c.Exec(context.Background(), req, func(ev wire.ExecEvent) {
 			if ev.Started {
 				once.Do(func() { close(p.started) })
 			}
@@ -70,17 +71,17 @@ func startPTY(t *testing.T, c *Client, req *ExecRequest) *ptyExec {
 func TestExecPTY(t *testing.T) {
 	c := execAgent(t)
 	ctx := context.Background()
-	p := startPTY(t, c, &ExecRequest{Cmd: "/bin/sh", Args: []string{"-c",
+	p := startPTY(t, c, &wire.ExecRequest{Cmd: "/bin/sh", Args: []string{"-c",
 		"test -t 0 && test -t 1 && test -t 2 && stty size; read a; stty size; echo got:$a; exit 3"},
-		Cwd: "/tmp", ID: "pty-1", PTY: &PTYSize{Cols: 80, Rows: 24}})
+		Cwd: "/tmp", ID: "pty-1", PTY: &wire.PTYSize{Cols: 80, Rows: 24}})
 	p.waitFor(t, "24 80")
-	if err := c.ExecResize(ctx, "pty-1", PTYSize{Cols: 100, Rows: 30}); err != nil {
+	if err := c.ExecResize(ctx, "pty-1", wire.PTYSize{Cols: 100, Rows: 30}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.ExecInput(ctx, "pty-1", []byte("hello\n"), false); err != nil {
 		t.Fatal(err)
 	}
-	var st *ExitStatus
+	var st *wire.ExitStatus
 	select {
 	case st = <-p.done:
 	case <-time.After(10 * time.Second):
@@ -105,7 +106,7 @@ func TestExecPTY(t *testing.T) {
 	}
 	p.mu.Unlock()
 	// Gone once it ended.
-	if err := c.ExecResize(ctx, "pty-1", PTYSize{Cols: 100, Rows: 30}); !errors.Is(err, errdefs.ErrNotFound) {
+	if err := c.ExecResize(ctx, "pty-1", wire.PTYSize{Cols: 100, Rows: 30}); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("resize after the end: %v, want not found", err)
 	}
 }
@@ -115,8 +116,8 @@ func TestExecPTY(t *testing.T) {
 func TestExecPTYInterrupt(t *testing.T) {
 	c := execAgent(t)
 	ctx := context.Background()
-	p := startPTY(t, c, &ExecRequest{Cmd: "/bin/sh", Args: []string{"-c", "echo ready; exec sleep 100"},
-		Cwd: "/tmp", ID: "pty-2", PTY: &PTYSize{Cols: 80, Rows: 24}})
+	p := startPTY(t, c, &wire.ExecRequest{Cmd: "/bin/sh", Args: []string{"-c", "echo ready; exec sleep 100"},
+		Cwd: "/tmp", ID: "pty-2", PTY: &wire.PTYSize{Cols: 80, Rows: 24}})
 	p.waitFor(t, "ready")
 	time.Sleep(100 * time.Millisecond) // sleep has replaced the shell
 	if err := c.ExecInput(ctx, "pty-2", []byte{3}, false); err != nil {
@@ -139,33 +140,33 @@ func TestExecPTYInterrupt(t *testing.T) {
 func TestExecPTYErrors(t *testing.T) {
 	c := execAgent(t)
 	ctx := context.Background()
-	for _, req := range []*ExecRequest{
-		{Cmd: "/bin/true", PTY: &PTYSize{Cols: 80, Rows: 24}},             // no id
-		{Cmd: "/bin/true", ID: "pty-e", PTY: &PTYSize{Cols: 0, Rows: 24}}, // too small
-		{Cmd: "/bin/true", ID: "pty-e", PTY: &PTYSize{Cols: 80, Rows: 1001}},
+	for _, req := range []*wire.ExecRequest{
+		{Cmd: "/bin/true", PTY: &wire.PTYSize{Cols: 80, Rows: 24}},             // no id
+		{Cmd: "/bin/true", ID: "pty-e", PTY: &wire.PTYSize{Cols: 0, Rows: 24}}, // too small
+		{Cmd: "/bin/true", ID: "pty-e", PTY: &wire.PTYSize{Cols: 80, Rows: 1001}},
 	} {
-		_, err := c.Exec(ctx, req, func(ExecEvent) {})
+		_, err := c.Exec(ctx, req, func(wire.ExecEvent) {})
 		if !errors.Is(err, errdefs.ErrInvalidArgument) {
 			t.Errorf("exec %+v: %v, want invalid argument", req.PTY, err)
 		}
 	}
 	// Resizing an exec without a pty, or one that does not run.
-	b := startBg(t, c, &ExecRequest{Cmd: "/bin/sh", Args: []string{"-c", "cat"}, Cwd: "/tmp", ID: "nopty", KeepStdin: true})
-	if err := c.ExecResize(ctx, "nopty", PTYSize{Cols: 80, Rows: 24}); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+	b := startBg(t, c, &wire.ExecRequest{Cmd: "/bin/sh", Args: []string{"-c", "cat"}, Cwd: "/tmp", ID: "nopty", KeepStdin: true})
+	if err := c.ExecResize(ctx, "nopty", wire.PTYSize{Cols: 80, Rows: 24}); !errors.Is(err, errdefs.ErrFailedPrecondition) {
 		t.Errorf("resize without a pty: %v, want failed precondition", err)
 	}
 	if err := c.ExecInput(ctx, "nopty", nil, true); err != nil {
 		t.Fatal(err)
 	}
 	b.wait(t)
-	if err := c.ExecResize(ctx, "nosuch", PTYSize{Cols: 80, Rows: 24}); !errors.Is(err, errdefs.ErrNotFound) {
+	if err := c.ExecResize(ctx, "nosuch", wire.PTYSize{Cols: 80, Rows: 24}); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("resize of no exec: %v, want not found", err)
 	}
-	if err := c.ExecResize(ctx, "nosuch", PTYSize{Cols: 80, Rows: 0}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+	if err := c.ExecResize(ctx, "nosuch", wire.PTYSize{Cols: 80, Rows: 0}); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("resize to 80x0: %v, want invalid argument", err)
 	}
 	// The agent checks the size itself, whatever its client does.
-	if err := c.postJSON(ctx, "/exec/resize", ExecResizeRequest{ID: "nosuch", PTYSize: PTYSize{Cols: 5000, Rows: 1}}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+	if err := c.sendJSON(ctx, "/exec/resize", wire.ExecResizeRequest{ID: "nosuch", PTYSize: wire.PTYSize{Cols: 5000, Rows: 1}}); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("raw resize to 5000x1: %v, want invalid argument", err)
 	}
 }

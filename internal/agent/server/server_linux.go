@@ -1,4 +1,4 @@
-package agent
+package server
 
 import (
 	"encoding/json"
@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/forkbox/forkbox/internal/agent/wire"
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/harden"
 	"golang.org/x/sys/unix"
@@ -56,12 +57,12 @@ func run(status *os.File) error {
 		}
 	}
 	null.Close()
-	log := slog.New(slog.NewTextHandler(appendFile(filepath.Join(RunDir, LogName)), nil))
-	b, err := os.ReadFile(filepath.Join(RunDir, ConfigName))
+	log := slog.New(slog.NewTextHandler(appendFile(filepath.Join(wire.RunDir, wire.LogName)), nil))
+	b, err := os.ReadFile(filepath.Join(wire.RunDir, wire.ConfigName))
 	if err != nil {
 		return fmt.Errorf("read config: %w", err)
 	}
-	var cfg Config
+	var cfg wire.Config
 	if err := json.Unmarshal(b, &cfg); err != nil {
 		return fmt.Errorf("parse config: %w", err)
 	}
@@ -93,7 +94,7 @@ func run(status *os.File) error {
 		return fmt.Errorf("harden: %w", err)
 	}
 	trace("agent-hardened")
-	sock := filepath.Join(RunDir, SocketName)
+	sock := filepath.Join(wire.RunDir, wire.SocketName)
 	_ = os.Remove(sock)
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
@@ -118,7 +119,7 @@ func run(status *os.File) error {
 }
 
 type server struct {
-	cfg    Config
+	cfg    wire.Config
 	log    *slog.Logger
 	reaper *reaper
 	rootFD int // the sandbox's root, O_PATH: where every path is resolved from
@@ -174,7 +175,7 @@ func (s *server) routes() http.Handler {
 
 func writeError(w http.ResponseWriter, err error) {
 	status, code := errdefs.HTTPStatus(err)
-	var body ErrorBody
+	var body wire.ErrorBody
 	body.Error.Code = code
 	body.Error.Message = err.Error()
 	w.Header().Set("Content-Type", "application/json")
@@ -226,7 +227,7 @@ func (s *server) asCaller(root bool, fn func() error) error {
 }
 
 func (s *server) handleExec(w http.ResponseWriter, r *http.Request) {
-	var req ExecRequest
+	var req wire.ExecRequest
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 		writeError(w, errdefs.InvalidArgument("bad exec request: %v", err))
 		return
@@ -262,7 +263,7 @@ func (s *server) handleExec(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	env := MergeEnv(s.cfg.Env, req.Env)
+	env := wire.MergeEnv(s.cfg.Env, req.Env)
 	cwd := req.Cwd
 	if cwd == "" {
 		cwd = s.cfg.WorkDir
@@ -272,7 +273,7 @@ func (s *server) handleExec(w http.ResponseWriter, r *http.Request) {
 	flusher, _ := w.(http.Flusher)
 	var wmu sync.Mutex
 	enc := json.NewEncoder(w)
-	send := func(ev ExecEvent) {
+	send := func(ev wire.ExecEvent) {
 		wmu.Lock()
 		defer wmu.Unlock()
 		if enc.Encode(ev) == nil && flusher != nil {
@@ -280,21 +281,21 @@ func (s *server) handleExec(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	exit := s.runCommand(r, &req, entry, env, cwd, send)
-	send(ExecEvent{Exit: exit})
+	send(wire.ExecEvent{Exit: exit})
 }
 
 // runCommand runs one command to its end, streaming output through send.
 // entry, when not nil, is the command's registration under req.ID: it is
 // given the pid and the stdin pipe (with KeepStdin) once the command
 // started, and removed when it has been reaped.
-func (s *server) runCommand(r *http.Request, req *ExecRequest, entry *execEntry, env []string, cwd string, send func(ExecEvent)) *ExitStatus {
+func (s *server) runCommand(r *http.Request, req *wire.ExecRequest, entry *execEntry, env []string, cwd string, send func(wire.ExecEvent)) *wire.ExitStatus {
 	if entry != nil {
 		defer s.execs.exited(req.ID, entry)
 	}
 	start := time.Now()
-	fail := func(code int, msg string) *ExitStatus {
-		send(ExecEvent{Stream: "stderr", Data: []byte(msg + "\n")})
-		return &ExitStatus{Code: code, Error: msg, DurationMS: time.Since(start).Milliseconds()}
+	fail := func(code int, msg string) *wire.ExitStatus {
+		send(wire.ExecEvent{Stream: "stderr", Data: []byte(msg + "\n")})
+		return &wire.ExitStatus{Code: code, Error: msg, DurationMS: time.Since(start).Milliseconds()}
 	}
 	// The command's ends (closed here once it started) and the agent's:
 	// pipes, or with a PTY its slave and, for the agent, its master (the
@@ -348,7 +349,7 @@ func (s *server) runCommand(r *http.Request, req *ExecRequest, entry *execEntry,
 	// user's behalf that the user could not see.
 	var pid int
 	var done <-chan unix.WaitStatus
-	var failed *ExitStatus
+	var failed *wire.ExitStatus
 	err := s.asCaller(req.Root, func() error {
 		path, err := lookPath(req.Cmd, env)
 		if err != nil {
@@ -396,7 +397,7 @@ func (s *server) runCommand(r *http.Request, req *ExecRequest, entry *execEntry,
 	}
 	// Whoever waits for the command to be reachable (an input right after
 	// the start) may go on now.
-	send(ExecEvent{Started: true})
+	send(wire.ExecEvent{Started: true})
 	go func() {
 		if len(req.Stdin) > 0 {
 			stdinW.Write(req.Stdin)
@@ -414,7 +415,7 @@ func (s *server) runCommand(r *http.Request, req *ExecRequest, entry *execEntry,
 		for {
 			n, err := f.Read(buf)
 			if n > 0 {
-				send(ExecEvent{Stream: name, Data: append([]byte(nil), buf[:n]...)})
+				send(wire.ExecEvent{Stream: name, Data: append([]byte(nil), buf[:n]...)})
 			}
 			if err != nil {
 				return
@@ -440,7 +441,7 @@ func (s *server) runCommand(r *http.Request, req *ExecRequest, entry *execEntry,
 	}
 	killGroup := func() { _ = unix.Kill(-pid, unix.SIGKILL); _ = unix.Kill(pid, unix.SIGKILL) }
 	var ws unix.WaitStatus
-	st := &ExitStatus{}
+	st := &wire.ExitStatus{}
 	select {
 	case ws = <-done:
 	case <-timeout:

@@ -1,7 +1,11 @@
-package agent
+package server
 
-import "sort"
+import (
+	"sort"
 
-func sortEntries(e []FileEntry) {
+	"github.com/forkbox/forkbox/internal/agent/wire"
+)
+
+func sortEntries(e []wire.FileEntry) {
 	sort.Slice(e, func(i, j int) bool { return e[i].Name < e[j].Name })
 }

@@ -1,4 +1,4 @@
-package agent
+package server
 
 import (
 	"encoding/json"
@@ -12,6 +12,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/forkbox/forkbox/internal/agent/wire"
 	"golang.org/x/sys/unix"
 
 	"github.com/forkbox/forkbox/internal/errdefs"
@@ -37,7 +38,7 @@ const (
 var activeWatches atomic.Int32
 
 func (s *server) handleWatch(w http.ResponseWriter, r *http.Request) {
-	var req WatchRequest
+	var req wire.WatchRequest
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 		writeError(w, errdefs.InvalidArgument("bad watch request: %v", err))
 		return
@@ -71,7 +72,7 @@ func (s *server) handleWatch(w http.ResponseWriter, r *http.Request) {
 	flusher, _ := w.(http.Flusher)
 	enc := json.NewEncoder(w)
 	var mu sync.Mutex
-	send := func(ev WatchEvent) bool {
+	send := func(ev wire.WatchEvent) bool {
 		mu.Lock()
 		defer mu.Unlock()
 		if err := enc.Encode(ev); err != nil {
@@ -82,7 +83,7 @@ func (s *server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		}
 		return true
 	}
-	if !send(WatchEvent{Started: true}) {
+	if !send(wire.WatchEvent{Started: true}) {
 		return
 	}
 	ctx := r.Context()
@@ -99,7 +100,7 @@ func (s *server) handleWatch(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			if time.Since(last) >= watchKeepalive && !send(WatchEvent{Keepalive: true}) {
+			if time.Since(last) >= watchKeepalive && !send(wire.WatchEvent{Keepalive: true}) {
 				return
 			}
 			last = time.Now()
@@ -222,7 +223,7 @@ func (wt *watcher) add(p string, root bool) error {
 
 // event turns an inotify event into what the daemon is told; a directory
 // made under a recursive watch is watched too.
-func (wt *watcher) event(ev *unix.InotifyEvent, name string) ([]WatchEvent, bool) {
+func (wt *watcher) event(ev *unix.InotifyEvent, name string) ([]wire.WatchEvent, bool) {
 	wt.mu.Lock()
 	rel, ok := wt.dirs[ev.Wd]
 	if ev.Mask&unix.IN_IGNORED != 0 {
@@ -269,7 +270,7 @@ func (wt *watcher) event(ev *unix.InotifyEvent, name string) ([]WatchEvent, bool
 		delete(wt.fromTemp, ev.Cookie)
 		wt.mu.Unlock()
 		if written {
-			return []WatchEvent{{Name: full, Op: "create"}, {Name: full, Op: "write"}}, true
+			return []wire.WatchEvent{{Name: full, Op: "create"}, {Name: full, Op: "write"}}, true
 		}
 		op = "create"
 	case ev.Mask&unix.IN_MOVED_FROM != 0:
@@ -279,5 +280,5 @@ func (wt *watcher) event(ev *unix.InotifyEvent, name string) ([]WatchEvent, bool
 	default:
 		return nil, false
 	}
-	return []WatchEvent{{Name: full, Op: op}}, true
+	return []wire.WatchEvent{{Name: full, Op: op}}, true
 }

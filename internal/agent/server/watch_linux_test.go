@@ -1,45 +1,35 @@
-package agent
+package server
 
 import (
 	"context"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/forkbox/forkbox/internal/agent/wire"
 )
 
 // watchAgent serves a test server whose sandbox root is a temp dir, and
 // returns a client and that root.
-func watchAgent(t *testing.T) (*Client, string) {
+func watchAgent(t *testing.T) (*testAgent, string) {
 	t.Helper()
 	if os.Getuid() != 0 {
 		t.Skip("needs root (the agent watches as the sandbox user)")
 	}
 	s, root := testServer(t)
-	sock := filepath.Join(t.TempDir(), SocketName)
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: s.routes()}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	c := NewClient(sock)
-	t.Cleanup(c.Close)
-	return c, root
+	return serveTestAgent(t, s), root
 }
 
 type watchLog struct {
 	mu      sync.Mutex
-	events  []WatchEvent
+	events  []wire.WatchEvent
 	started chan struct{}
 	once    sync.Once
 }
 
-func (l *watchLog) add(ev WatchEvent) {
+func (l *watchLog) add(ev wire.WatchEvent) {
 	if ev.Started {
 		l.once.Do(func() { close(l.started) })
 		return
@@ -141,7 +131,7 @@ func TestWatchRefused(t *testing.T) {
 	}
 	for _, p := range []string{"/nope", "/file", "bad\x00path"} {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := c.Watch(ctx, p, false, func(WatchEvent) { t.Errorf("an event for %q", p) })
+		err := c.Watch(ctx, p, false, func(wire.WatchEvent) { t.Errorf("an event for %q", p) })
 		cancel()
 		if err == nil {
 			t.Errorf("watching %q: no error", p)

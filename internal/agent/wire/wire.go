@@ -1,19 +1,18 @@
-// Package agent is forkbox's in-sandbox agent and the daemon's client for it.
+// Package wire is what forkbox's daemon and a sandbox's agent say to each
+// other: the paths inside a sandbox, the agent's config, and the bodies of
+// the agent's HTTP API (requests, NDJSON events, answers, errors). Both
+// sides import it, the agent (internal/agent/server) and the daemon's client
+// for it (internal/agent/client); it holds no server or client code, so
+// that neither side links the other's.
 //
-// The agent is forkbox-agent (or, when that is not beside it, the forkbox
-// binary itself, which holds the same code), bind-mounted read-only at
-// /.forkbox/forkbox and started by the runtime as the sandbox's init (PID 1).
-// It reaps every orphan, runs commands as the sandbox user with streamed
-// output, and serves file operations. It speaks HTTP/1.1 over a Unix socket in
-// /.forkbox/run, a directory bind-mounted from the daemon's side, and imports
-// nothing of the daemon.
-//
-// Why a listening Unix socket reached through a bind mount: the daemon holds
-// no long-lived connection into the sandbox, so a CRIU checkpoint of the whole
-// sandbox sees only a listening socket (which CRIU restores) once the daemon
-// has closed its idle connections, and a restored agent keeps serving on the
-// same path inside whatever host directory the restore binds there.
-package agent
+// The agent speaks HTTP/1.1 over a Unix socket in /.forkbox/run (RunDir), a
+// directory bind-mounted from the daemon's side. Why a listening Unix socket
+// reached through a bind mount: the daemon holds no long-lived connection
+// into the sandbox, so a CRIU checkpoint of the whole sandbox sees only a
+// listening socket (which CRIU restores) once the daemon has closed its idle
+// connections, and a restored agent keeps serving on the same path inside
+// whatever host directory the restore binds there.
+package wire
 
 import (
 	"encoding/json"
