@@ -29,7 +29,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/forkbox/forkbox/api"
-	"github.com/forkbox/forkbox/internal/agent/wire"
 	"github.com/forkbox/forkbox/internal/chat"
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/keylock"
@@ -513,7 +512,7 @@ func (s *Service) Ask(ctx context.Context, req *api.ChatRequest, emit func(api.C
 		to := s.cfg.CellTimeout.Milliseconds()
 		return s.mgr.RunCode(ctx, sandboxID, &api.RunCodeRequest{Code: code, TimeoutMS: &to}, sandbox.CodeOptions{
 			Source: api.CellModel,
-			OnEvent: func(ev wire.CodeEvent) {
+			OnEvent: func(ev sandbox.CodeEvent) {
 				if on != nil && ev.Type != "done" {
 					on(chat.Output{Type: ev.Type, Text: ev.Text, Result: ev.Result, Error: ev.Error})
 				}

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/forkbox/forkbox/api"
-	"github.com/forkbox/forkbox/internal/agent/wire"
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/sandbox"
 )
@@ -150,7 +149,7 @@ func (j *jupyter) execute(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}()
-	onEvent := func(ev wire.CodeEvent) {
+	onEvent := func(ev sandbox.CodeEvent) {
 		switch ev.Type {
 		case "stdout", "stderr":
 			line(map[string]any{"type": ev.Type, "text": ev.Text, "timestamp": time.Now().UTC().Format(time.RFC3339Nano)})

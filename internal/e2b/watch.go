@@ -10,9 +10,9 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/forkbox/forkbox/internal/agent/wire"
 	fspb "github.com/forkbox/forkbox/internal/e2b/envdpb/filesystem"
 	"github.com/forkbox/forkbox/internal/errdefs"
+	"github.com/forkbox/forkbox/internal/sandbox"
 )
 
 // Directory watches: envd's WatchDir stream, and its polled form
@@ -22,7 +22,7 @@ import (
 
 // watchBackend is what watching needs of forkbox; *sandbox.Manager has it.
 type watchBackend interface {
-	WatchDir(ctx context.Context, ref, path string, recursive bool, onEvent func(wire.WatchEvent)) error
+	WatchDir(ctx context.Context, ref, path string, recursive bool, onEvent func(sandbox.WatchEvent)) error
 }
 
 const (
@@ -42,7 +42,7 @@ var eventTypes = map[string]fspb.EventType{
 
 // fsEvent is an agent's change as envd's event; the entry is added when
 // asked for and the path still exists.
-func (e *envd) fsEvent(ctx context.Context, root string, ev wire.WatchEvent, withEntry bool) *fspb.FilesystemEvent {
+func (e *envd) fsEvent(ctx context.Context, root string, ev sandbox.WatchEvent, withEntry bool) *fspb.FilesystemEvent {
 	out := &fspb.FilesystemEvent{Name: ev.Name, Type: eventTypes[ev.Op]}
 	if withEntry && ev.Op != "remove" {
 		if entry, err := e.stat(ctx, path.Join(root, ev.Name)); err == nil {
@@ -72,7 +72,7 @@ func (e *envd) watchDir(ctx context.Context, req *connect.Request[fspb.WatchDirR
 		return e.rpcErr(ctx, err)
 	}
 	var sendErr error
-	err = wb.WatchDir(ctx, sandboxID(ctx), root, req.Msg.GetRecursive(), func(ev wire.WatchEvent) {
+	err = wb.WatchDir(ctx, sandboxID(ctx), root, req.Msg.GetRecursive(), func(ev sandbox.WatchEvent) {
 		if sendErr != nil {
 			return
 		}
@@ -155,7 +155,7 @@ func (e *envd) createWatcher(ctx context.Context, req *connect.Request[fspb.Crea
 	started := make(chan error, 1)
 	go func() {
 		var once sync.Once
-		err := wb.WatchDir(wctx, id, root, req.Msg.GetRecursive(), func(ev wire.WatchEvent) {
+		err := wb.WatchDir(wctx, id, root, req.Msg.GetRecursive(), func(ev sandbox.WatchEvent) {
 			if ev.Started {
 				once.Do(func() { started <- nil })
 				return

@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/forkbox/forkbox/api"
-	"github.com/forkbox/forkbox/internal/agent/wire"
 	"github.com/forkbox/forkbox/internal/image"
 	"github.com/forkbox/forkbox/internal/runtime"
 	"github.com/forkbox/forkbox/internal/sandbox"
@@ -118,7 +117,7 @@ func FuzzHostileAgent(f *testing.F) {
 	if err := os.MkdirAll(filepath.Join(dir, "run"), 0o700); err != nil {
 		f.Fatal(err)
 	}
-	ln, err := net.Listen("unix", filepath.Join(dir, "run", wire.SocketName))
+	ln, err := net.Listen("unix", runtime.SocketPath(&runtime.Info{Dir: dir}))
 	if err != nil {
 		f.Fatal(err)
 	}

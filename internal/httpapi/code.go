@@ -4,7 +4,6 @@ import (
 	"net/http"
 
 	"github.com/forkbox/forkbox/api"
-	"github.com/forkbox/forkbox/internal/agent/wire"
 	"github.com/forkbox/forkbox/internal/sandbox"
 )
 
@@ -26,7 +25,7 @@ func (s *Server) runCode(w http.ResponseWriter, r *http.Request) error {
 	// them, then done with the whole execution.
 	stream := &lazySSE{w: w}
 	emit := stream.emit
-	exec, err := s.mgr.RunCode(r.Context(), ref, &req, sandbox.CodeOptions{OnEvent: func(ev wire.CodeEvent) {
+	exec, err := s.mgr.RunCode(r.Context(), ref, &req, sandbox.CodeOptions{OnEvent: func(ev sandbox.CodeEvent) {
 		switch ev.Type {
 		case "stdout":
 			emit(api.EventStdout, api.OutputChunk{Data: ev.Text})

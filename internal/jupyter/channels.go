@@ -14,8 +14,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/forkbox/forkbox/api"
-	"github.com/forkbox/forkbox/internal/agent/wire"
 	"github.com/forkbox/forkbox/internal/errdefs"
+	"github.com/forkbox/forkbox/internal/sandbox"
 )
 
 const (
@@ -189,7 +189,7 @@ func (cc *channelConn) readClient(ctx context.Context) {
 // have: status busy, an error reply, status idle (clients such as nbclient
 // wait for the idle status as well as the reply), so that the client shows
 // why instead of waiting forever.
-func (cc *channelConn) replyError(ctx context.Context, m *wire.JupyterMessage, cause error) {
+func (cc *channelConn) replyError(ctx context.Context, m *sandbox.JupyterMessage, cause error) {
 	var h headerFields
 	if json.Unmarshal(m.Header, &h) != nil || !strings.HasSuffix(h.MsgType, "_request") {
 		return
@@ -201,15 +201,15 @@ func (cc *channelConn) replyError(ctx context.Context, m *wire.JupyterMessage, c
 		})
 		return b
 	}
-	status := func(state string) *wire.JupyterMessage {
-		return &wire.JupyterMessage{Channel: "iopub", Header: header("status"), Parent: m.Header,
+	status := func(state string) *sandbox.JupyterMessage {
+		return &sandbox.JupyterMessage{Channel: "iopub", Header: header("status"), Parent: m.Header,
 			Metadata: json.RawMessage("{}"), Content: json.RawMessage(`{"execution_state":"` + state + `"}`)}
 	}
 	content, _ := json.Marshal(map[string]any{
 		"status": "error", "ename": "ForkboxError", "evalue": cause.Error(),
 		"traceback": []string{"forkbox could not pass the request to the kernel: " + cause.Error()},
 	})
-	reply := &wire.JupyterMessage{Channel: m.Channel, Header: header(strings.TrimSuffix(h.MsgType, "_request") + "_reply"),
+	reply := &sandbox.JupyterMessage{Channel: m.Channel, Header: header(strings.TrimSuffix(h.MsgType, "_request") + "_reply"),
 		Parent: m.Header, Metadata: json.RawMessage("{}"), Content: content}
 	_ = cc.write(ctx, status("busy")) && cc.write(ctx, reply) && cc.write(ctx, status("idle"))
 }
@@ -274,7 +274,7 @@ func (cc *channelConn) relayKernel(ctx context.Context) string {
 }
 
 // noteState follows the kernel's execution_state from its status messages.
-func (cc *channelConn) noteState(m *wire.JupyterMessage) {
+func (cc *channelConn) noteState(m *sandbox.JupyterMessage) {
 	if m.Channel != "iopub" {
 		return
 	}
@@ -292,7 +292,7 @@ func (cc *channelConn) noteState(m *wire.JupyterMessage) {
 
 // write sends one kernel message to the client: JSON text, or Jupyter's
 // binary framing when it has buffers.
-func (cc *channelConn) write(ctx context.Context, m *wire.JupyterMessage) bool {
+func (cc *channelConn) write(ctx context.Context, m *sandbox.JupyterMessage) bool {
 	typ, data, err := encodeKernelMessage(m)
 	if err != nil {
 		cc.g.log.Debug("jupyter: dropping a kernel message", "kernel", cc.k.id, "err", err)
@@ -305,7 +305,7 @@ func (cc *channelConn) write(ctx context.Context, m *wire.JupyterMessage) bool {
 // binary framing (JSON and buffers). A message without a channel goes to
 // shell, except input_reply (stdin): Jupyter's own gateway kernel client
 // sends none.
-func parseClientMessage(typ websocket.MessageType, data []byte) (*wire.JupyterMessage, error) {
+func parseClientMessage(typ websocket.MessageType, data []byte) (*sandbox.JupyterMessage, error) {
 	var bufs [][]byte
 	if typ == websocket.MessageBinary {
 		parts, err := decodeBinary(data)
@@ -333,7 +333,7 @@ func parseClientMessage(typ websocket.MessageType, data []byte) (*wire.JupyterMe
 	default:
 		return nil, fmt.Errorf("unknown channel %q", ch)
 	}
-	return &wire.JupyterMessage{Channel: ch, Header: isoDate(w.Header), Parent: isoDate(orEmpty(w.Parent)),
+	return &sandbox.JupyterMessage{Channel: ch, Header: isoDate(w.Header), Parent: isoDate(orEmpty(w.Parent)),
 		Metadata: orEmpty(w.Metadata), Content: orEmpty(w.Content), Buffers: bufs}, nil
 }
 
@@ -382,7 +382,7 @@ func orEmpty(r json.RawMessage) json.RawMessage {
 }
 
 // encodeKernelMessage is a kernel message as the client gets it.
-func encodeKernelMessage(m *wire.JupyterMessage) (websocket.MessageType, []byte, error) {
+func encodeKernelMessage(m *sandbox.JupyterMessage) (websocket.MessageType, []byte, error) {
 	var h headerFields
 	if err := json.Unmarshal(m.Header, &h); err != nil {
 		return 0, nil, fmt.Errorf("bad header: %w", err)

@@ -43,7 +43,6 @@ import (
 	"time"
 
 	"github.com/forkbox/forkbox/api"
-	"github.com/forkbox/forkbox/internal/agent/wire"
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/image"
 	"github.com/forkbox/forkbox/internal/sandbox"
@@ -85,8 +84,8 @@ type Sandboxes interface {
 	CreateContextWithID(ctx context.Context, ref, id string, req *api.CreateContextRequest) (*api.Context, error)
 	ListContexts(ctx context.Context, ref string) ([]api.Context, error)
 	ActOnContext(ctx context.Context, ref, id string, action sandbox.ContextAction) (*api.Context, error)
-	JupyterSend(ctx context.Context, ref, contextRef, language string, msg *wire.JupyterMessage) error
-	JupyterRecv(ctx context.Context, ref, contextRef, language string, after int64, wait time.Duration) (*wire.JupyterRecvAnswer, error)
+	JupyterSend(ctx context.Context, ref, contextRef, language string, msg *sandbox.JupyterMessage) error
+	JupyterRecv(ctx context.Context, ref, contextRef, language string, after int64, wait time.Duration) (*sandbox.JupyterRecvAnswer, error)
 }
 
 // Gateway serves the API. Kernel activity and sessions are kept in memory:

@@ -17,7 +17,6 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/forkbox/forkbox/api"
-	"github.com/forkbox/forkbox/internal/agent/wire"
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/sandbox"
 	"github.com/forkbox/forkbox/internal/store"
@@ -36,17 +35,17 @@ type fakeSandboxes struct {
 	owner     map[string]string
 	contexts  map[string][]string // sandbox → context ids made
 	actions   []string
-	sent      []*wire.JupyterMessage
-	log       map[string][]wire.JupyterMessage // sandbox/context → messages
+	sent      []*sandbox.JupyterMessage
+	log       map[string][]sandbox.JupyterMessage // sandbox/context → messages
 	changed   chan struct{}
-	onSend    func(f *fakeSandboxes, sb, cref string, m *wire.JupyterMessage)
+	onSend    func(f *fakeSandboxes, sb, cref string, m *sandbox.JupyterMessage)
 	sendErr   error // what JupyterSend fails with, when set
 	suspended map[string]bool
 }
 
 func newFake() *fakeSandboxes {
 	return &fakeSandboxes{sbs: map[string]*api.Sandbox{}, owner: map[string]string{}, contexts: map[string][]string{},
-		log: map[string][]wire.JupyterMessage{}, changed: make(chan struct{}), suspended: map[string]bool{}}
+		log: map[string][]sandbox.JupyterMessage{}, changed: make(chan struct{}), suspended: map[string]bool{}}
 }
 
 func (f *fakeSandboxes) get(ctx context.Context, ref string) (*api.Sandbox, error) {
@@ -135,7 +134,7 @@ func (f *fakeSandboxes) ActOnContext(ctx context.Context, ref, id string, action
 	return &api.Context{ID: id}, nil
 }
 
-func (f *fakeSandboxes) JupyterSend(ctx context.Context, ref, cref, language string, m *wire.JupyterMessage) error {
+func (f *fakeSandboxes) JupyterSend(ctx context.Context, ref, cref, language string, m *sandbox.JupyterMessage) error {
 	f.mu.Lock()
 	if _, err := f.get(ctx, ref); err != nil {
 		f.mu.Unlock()
@@ -156,7 +155,7 @@ func (f *fakeSandboxes) JupyterSend(ctx context.Context, ref, cref, language str
 }
 
 // emit appends a kernel message to a context's log.
-func (f *fakeSandboxes) emit(sb, cref string, m wire.JupyterMessage) {
+func (f *fakeSandboxes) emit(sb, cref string, m sandbox.JupyterMessage) {
 	f.mu.Lock()
 	key := sb + "/" + cref
 	m.Seq = int64(len(f.log[key]) + 1)
@@ -166,7 +165,7 @@ func (f *fakeSandboxes) emit(sb, cref string, m wire.JupyterMessage) {
 	f.mu.Unlock()
 }
 
-func (f *fakeSandboxes) JupyterRecv(ctx context.Context, ref, cref, language string, after int64, wait time.Duration) (*wire.JupyterRecvAnswer, error) {
+func (f *fakeSandboxes) JupyterRecv(ctx context.Context, ref, cref, language string, after int64, wait time.Duration) (*sandbox.JupyterRecvAnswer, error) {
 	deadline := time.After(wait)
 	for {
 		f.mu.Lock()
@@ -180,7 +179,7 @@ func (f *fakeSandboxes) JupyterRecv(ctx context.Context, ref, cref, language str
 			return nil, errdefs.FailedPrecondition("sandbox %s is %s", ref, sb.State)
 		}
 		log := f.log[ref+"/"+cref]
-		ans := &wire.JupyterRecvAnswer{Head: int64(len(log)), Messages: []wire.JupyterMessage{}}
+		ans := &sandbox.JupyterRecvAnswer{Head: int64(len(log)), Messages: []sandbox.JupyterMessage{}}
 		if after >= 0 && int64(len(log)) > after {
 			ans.Messages = append(ans.Messages, log[after:]...)
 		}
@@ -475,17 +474,17 @@ func TestChannelsRelay(t *testing.T) {
 	call(t, srv, "", "POST", "/jupyter/api/kernels", `{}`, &k)
 	sbID := k.Forkbox.Sandbox
 	// The kernel: every execute_request gets a status and a reply.
-	f.onSend = func(f *fakeSandboxes, sb, cref string, m *wire.JupyterMessage) {
+	f.onSend = func(f *fakeSandboxes, sb, cref string, m *sandbox.JupyterMessage) {
 		var h headerFields
 		json.Unmarshal(m.Header, &h)
-		f.emit(sb, cref, wire.JupyterMessage{Channel: "iopub", Header: json.RawMessage(`{"msg_id":"s1","msg_type":"status"}`),
+		f.emit(sb, cref, sandbox.JupyterMessage{Channel: "iopub", Header: json.RawMessage(`{"msg_id":"s1","msg_type":"status"}`),
 			Parent: m.Header, Metadata: json.RawMessage(`{}`), Content: json.RawMessage(`{"execution_state":"busy"}`)})
-		f.emit(sb, cref, wire.JupyterMessage{Channel: "shell", Header: json.RawMessage(`{"msg_id":"r1","msg_type":"execute_reply"}`),
+		f.emit(sb, cref, sandbox.JupyterMessage{Channel: "shell", Header: json.RawMessage(`{"msg_id":"r1","msg_type":"execute_reply"}`),
 			Parent: m.Header, Metadata: json.RawMessage(`{}`), Content: json.RawMessage(`{"status":"ok","execution_count":1}`),
 			Buffers: [][]byte{[]byte("raw")}})
 	}
 	// Something the kernel said before this connection: not replayed.
-	f.emit(sbID, "default", wire.JupyterMessage{Channel: "iopub", Header: json.RawMessage(`{"msg_id":"old","msg_type":"stream"}`)})
+	f.emit(sbID, "default", sandbox.JupyterMessage{Channel: "iopub", Header: json.RawMessage(`{"msg_id":"old","msg_type":"stream"}`)})
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

@@ -19,7 +19,7 @@ var (
 
 // CodeOptions streams a cell's events while it runs; nil callbacks are skipped.
 type CodeOptions struct {
-	OnEvent func(wire.CodeEvent)
+	OnEvent func(CodeEvent)
 	// Source is who runs the cell, as its history records it: api.CellUser
 	// (the default) or api.CellModel.
 	Source string
@@ -28,6 +28,16 @@ type CodeOptions struct {
 	// Unrecorded keeps the cell out of the history: the daemon's own
 	// cells (a pool's warm-up), which the sandbox's user never ran.
 	Unrecorded bool
+}
+
+// CodeEvent is a cell's output while it runs: Type "stdout" or "stderr"
+// with Text, "result" with Result (a MIME bundle), "error" with Error. The
+// cell's end is RunCode's answer, never an event.
+type CodeEvent struct {
+	Type   string
+	Text   string
+	Result map[string]any
+	Error  *api.ExecutionError
 }
 
 // RunCode runs a cell in a context of a sandbox and answers with its
@@ -64,7 +74,13 @@ func (m *Manager) RunCode(ctx context.Context, ref string, req *api.RunCodeReque
 	defer release()
 	before := m.rt.OOMKills(l.id)
 	start := time.Now()
-	done, err := l.agent.RunCode(ctx, areq, opts.OnEvent)
+	var onEvent func(wire.CodeEvent)
+	if opts.OnEvent != nil {
+		onEvent = func(ev wire.CodeEvent) {
+			opts.OnEvent(CodeEvent{Type: ev.Type, Text: ev.Text, Result: ev.Result, Error: ev.Error})
+		}
+	}
+	done, err := l.agent.RunCode(ctx, areq, onEvent)
 	m.metrics.codeSeconds.Observe(time.Since(start).Seconds())
 	if err != nil {
 		return nil, m.agentErr(l, err)

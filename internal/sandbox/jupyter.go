@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"github.com/forkbox/forkbox/api"
@@ -21,13 +22,37 @@ import (
 // then simply polls again from the same cursor (the log is in the agent,
 // so it is part of what a checkpoint or suspend saves).
 
+// JupyterMessage is one Jupyter protocol message between a notebook and a
+// context's kernel: its channel (shell, iopub, control or stdin), its JSON
+// parts as they are and its binary buffers. Seq numbers a received one: 1,
+// 2, … per context. Its fields are the agent's (wire.JupyterMessage), so
+// the one converts to the other.
+type JupyterMessage struct {
+	Seq      int64
+	Channel  string
+	Header   json.RawMessage
+	Parent   json.RawMessage
+	Metadata json.RawMessage
+	Content  json.RawMessage
+	Buffers  [][]byte
+}
+
+// JupyterRecvAnswer answers JupyterRecv: the messages after the cursor,
+// the seq of the newest message the context holds (Head; 0: none yet) and
+// how many after the cursor were evicted before this receive (Dropped).
+type JupyterRecvAnswer struct {
+	Head     int64
+	Dropped  int64
+	Messages []JupyterMessage
+}
+
 // maxPollWait bounds one poll's wait in the agent.
 const maxPollWait = 30 * time.Second
 
 // JupyterSend sends a notebook's message to a context's kernel (contextRef
 // "default": the language's default context), starting the kernel if it
 // has none and resuming a suspended sandbox.
-func (m *Manager) JupyterSend(ctx context.Context, ref, contextRef, language string, msg *wire.JupyterMessage) error {
+func (m *Manager) JupyterSend(ctx context.Context, ref, contextRef, language string, msg *JupyterMessage) error {
 	if err := checkContextRef(contextRef, language); err != nil {
 		return err
 	}
@@ -36,7 +61,7 @@ func (m *Manager) JupyterSend(ctx context.Context, ref, contextRef, language str
 		return err
 	}
 	defer release()
-	if err := l.agent.JupyterSend(ctx, contextRef, language, msg); err != nil {
+	if err := l.agent.JupyterSend(ctx, contextRef, language, (*wire.JupyterMessage)(msg)); err != nil {
 		return m.agentErr(l, err)
 	}
 	return nil
@@ -47,7 +72,7 @@ func (m *Manager) JupyterSend(ctx context.Context, ref, contextRef, language str
 // the sandbox is not running here (suspended: the next JupyterSend resumes
 // it). A poll cut short by an exclusive operation answers no messages and
 // the cursor unchanged.
-func (m *Manager) JupyterRecv(ctx context.Context, ref, contextRef, language string, after int64, wait time.Duration) (*wire.JupyterRecvAnswer, error) {
+func (m *Manager) JupyterRecv(ctx context.Context, ref, contextRef, language string, after int64, wait time.Duration) (*JupyterRecvAnswer, error) {
 	if err := checkContextRef(contextRef, language); err != nil {
 		return nil, err
 	}
@@ -71,7 +96,7 @@ func (m *Manager) JupyterRecv(ctx context.Context, ref, contextRef, language str
 	if held {
 		wait = 0
 	}
-	nothing := &wire.JupyterRecvAnswer{Head: after, Messages: []wire.JupyterMessage{}}
+	nothing := &JupyterRecvAnswer{Head: after, Messages: []JupyterMessage{}}
 	unlock, err := l.gate.acquire(pctx, l.id, "", false, m.lockWait)
 	if err != nil {
 		if ctx.Err() == nil && pctx.Err() != nil {
@@ -90,7 +115,11 @@ func (m *Manager) JupyterRecv(ctx context.Context, ref, contextRef, language str
 		}
 		return nil, m.agentErr(l, err)
 	}
-	return ans, nil
+	out := &JupyterRecvAnswer{Head: ans.Head, Dropped: ans.Dropped, Messages: make([]JupyterMessage, len(ans.Messages))}
+	for i, msg := range ans.Messages {
+		out.Messages[i] = JupyterMessage(msg)
+	}
+	return out, nil
 }
 
 // startPoll registers a poll; done unregisters it. held: an exclusive
