@@ -3,11 +3,14 @@
 // says it links, so that a new dependency, or a daemon-side package reaching
 // the agent, shows up as a diff in review rather than unnoticed in a binary.
 // Each binary's TestDeps calls Check; its -update flag rewrites the list.
+// Packages and ImportChain let a test hold a binary to what it may link
+// and name the imports that pull in what it may not.
 package deps
 
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -22,12 +25,23 @@ import (
 // the environment slip in.
 var platform = []string{"GOOS=linux", "GOARCH=amd64", "CGO_ENABLED=0", "GOFLAGS="}
 
-// List is what go list -deps says the package in dir links, built with
-// tags: the sorted import paths outside the standard library (the module's
-// own packages included, the package itself not), and the command-line
-// path of the package (./cmd/forkbox) for messages.
-func List(ctx context.Context, dir string, tags ...string) (pkgs []string, self string, err error) {
-	args := []string{"list", "-deps", "-f", "{{.ImportPath}} {{.Standard}} {{.DepOnly}} {{with .Module}}{{.Path}}{{end}}"}
+// Package is one package a binary links, as go list -deps -json tells it.
+type Package struct {
+	ImportPath string
+	Standard   bool     // in the standard library
+	DepOnly    bool     // false for the package built itself
+	Imports    []string // import paths, vendored ones as they resolve
+	Module     *struct {
+		Path string
+		Main bool // the module the binary is built in
+	}
+}
+
+// Packages is what go list -deps says the package in dir links, built with
+// tags for platform: every package, the standard library's too, each
+// after the packages it imports, so the package itself comes last.
+func Packages(ctx context.Context, dir string, tags ...string) ([]Package, error) {
+	args := []string{"list", "-deps", "-json=ImportPath,Standard,DepOnly,Imports,Module"}
 	if len(tags) > 0 {
 		args = append(args, "-tags", strings.Join(tags, ","))
 	}
@@ -38,25 +52,75 @@ func List(ctx context.Context, dir string, tags ...string) (pkgs []string, self 
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return nil, "", fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, stderr.Bytes())
+		return nil, fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, stderr.Bytes())
 	}
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 3 {
-			return nil, "", fmt.Errorf("go list: unexpected line %q", line)
+	var pkgs []Package
+	for dec := json.NewDecoder(bytes.NewReader(out)); dec.More(); {
+		var p Package
+		if err := dec.Decode(&p); err != nil {
+			return nil, fmt.Errorf("go list: %w", err)
 		}
-		switch {
-		case f[1] == "true": // the standard library
-		case f[2] == "true":
-			pkgs = append(pkgs, f[0])
-		case len(f) == 4 && strings.HasPrefix(f[0], f[3]+"/"):
-			self = "./" + strings.TrimPrefix(f[0], f[3]+"/")
-		default:
-			self = f[0]
+		pkgs = append(pkgs, p)
+	}
+	if len(pkgs) == 0 || pkgs[len(pkgs)-1].DepOnly {
+		return nil, fmt.Errorf("go list -deps in %s: the package itself is not last", dir)
+	}
+	return pkgs, nil
+}
+
+// List is what go list -deps says the package in dir links, built with
+// tags: the sorted import paths outside the standard library (the module's
+// own packages included, the package itself not), and the command-line
+// path of the package (./cmd/forkbox) for messages.
+func List(ctx context.Context, dir string, tags ...string) (pkgs []string, self string, err error) {
+	all, err := Packages(ctx, dir, tags...)
+	if err != nil {
+		return nil, "", err
+	}
+	for _, p := range all {
+		if p.DepOnly && !p.Standard {
+			pkgs = append(pkgs, p.ImportPath)
 		}
 	}
 	slices.Sort(pkgs)
-	return pkgs, self, nil
+	return pkgs, CommandPath(all[len(all)-1]), nil
+}
+
+// CommandPath is how a command line names p: ./ and its path in the module
+// for a package of the main module (./cmd/forkbox), else its import path.
+func CommandPath(p Package) string {
+	if p.Module != nil && p.Module.Main && strings.HasPrefix(p.ImportPath, p.Module.Path+"/") {
+		return "./" + strings.TrimPrefix(p.ImportPath, p.Module.Path+"/")
+	}
+	return p.ImportPath
+}
+
+// ImportChain is the shortest chain of imports among pkgs by which from
+// links to: from first, to last; nil when it does not.
+func ImportChain(pkgs []Package, from, to string) []string {
+	imports := make(map[string][]string, len(pkgs))
+	for _, p := range pkgs {
+		imports[p.ImportPath] = p.Imports
+	}
+	via := map[string]string{from: ""} // how the search reached each package
+	for queue := []string{from}; len(queue) > 0; queue = queue[1:] {
+		cur := queue[0]
+		if cur == to {
+			var chain []string
+			for p := to; p != ""; p = via[p] {
+				chain = append(chain, p)
+			}
+			slices.Reverse(chain)
+			return chain
+		}
+		for _, next := range imports[cur] {
+			if _, seen := via[next]; !seen {
+				via[next] = cur
+				queue = append(queue, next)
+			}
+		}
+	}
+	return nil
 }
 
 // Format is the content of a deps.txt: a header that says what it lists and

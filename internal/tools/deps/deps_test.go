@@ -23,7 +23,9 @@ func writeTree(t *testing.T, files map[string]string) string {
 	return root
 }
 
-func TestList(t *testing.T) {
+// testModule writes a module whose command cmd/x imports a (which imports
+// c), b only with the tag extra, and w only where it is never built for.
+func testModule(t *testing.T) (dir string) {
 	root := writeTree(t, map[string]string{
 		"go.mod":             "module example.com/m\n\ngo 1.26\n",
 		"a/a.go":             "package a\n\nimport \"example.com/m/c\"\n\nvar A = c.C\n",
@@ -36,7 +38,11 @@ func TestList(t *testing.T) {
 		"cmd/x/x_test.go":    "package main\n\nimport \"example.com/m/w\"\n\nvar _ = w.W\n",
 		"cmd/x/cgo_linux.go": "//go:build cgo\n\npackage main\n\nimport \"example.com/m/w\"\n\nvar _ = w.W\n",
 	})
-	dir := filepath.Join(root, "cmd", "x")
+	return filepath.Join(root, "cmd", "x")
+}
+
+func TestList(t *testing.T) {
+	dir := testModule(t)
 	for _, tc := range []struct {
 		tags []string
 		want []string
@@ -50,6 +56,30 @@ func TestList(t *testing.T) {
 		}
 		if !slices.Equal(pkgs, tc.want) || self != "./cmd/x" {
 			t.Errorf("List(tags %q) = %q, %q; want %q, %q", tc.tags, pkgs, self, tc.want, "./cmd/x")
+		}
+	}
+}
+
+func TestImportChain(t *testing.T) {
+	pkgs, err := Packages(t.Context(), testModule(t), "extra")
+	if err != nil {
+		t.Fatal(err)
+	}
+	self := pkgs[len(pkgs)-1]
+	if self.ImportPath != "example.com/m/cmd/x" || self.DepOnly || CommandPath(self) != "./cmd/x" {
+		t.Fatalf("last package %+v, want the command itself", self)
+	}
+	for _, tc := range []struct {
+		to   string
+		want []string
+	}{
+		{"example.com/m/c", []string{"example.com/m/cmd/x", "example.com/m/a", "example.com/m/c"}},
+		{"example.com/m/b", []string{"example.com/m/cmd/x", "example.com/m/b"}},
+		{"fmt", []string{"example.com/m/cmd/x", "fmt"}},
+		{"example.com/m/w", nil},
+	} {
+		if got := ImportChain(pkgs, self.ImportPath, tc.to); !slices.Equal(got, tc.want) {
+			t.Errorf("ImportChain(%s) = %q, want %q", tc.to, got, tc.want)
 		}
 	}
 }
