@@ -343,6 +343,7 @@ func (b *Builder) run(ctx context.Context, st *state, n, total int, cmd, dir str
 		emit(api.BuildEvent{Type: api.BuildEventLog, Step: n, Total: total, Line: line})
 	}}
 	agent := client.New(runtime.SocketPath(info))
+	defer agent.Close()
 	exit, err := agent.Exec(ctx, &wire.ExecRequest{
 		Cmd: "/bin/sh", Args: []string{"-c", cmd}, Root: true,
 		Env: []string{"HOME=/root", "USER=root", "DEBIAN_FRONTEND=noninteractive"},
