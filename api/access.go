@@ -6,12 +6,20 @@ import "time"
 // whose key made it. Another tenant's resources answer 404, as if they did
 // not exist.
 
+// Role is what an API key may do (Key.Role).
+type Role string
+
 // Key roles. An admin key manages keys, tenants' quotas and reads the audit
 // log (of every tenant); a user key works with its tenant's resources only.
 const (
-	RoleAdmin = "admin"
-	RoleUser  = "user"
+	RoleAdmin Role = "admin"
+	RoleUser  Role = "user"
 )
+
+// Valid reports whether r is one of the roles.
+func (r Role) Valid() bool {
+	return r == RoleAdmin || r == RoleUser
+}
 
 // DefaultTenant owns what was made with the daemon's own key (or with no key
 // at all, on loopback), and its images are the catalog every tenant may use.
@@ -23,7 +31,7 @@ type Key struct {
 	// ID names the key in listings, the audit log and revocation.
 	ID     string `json:"id"`
 	Tenant string `json:"tenant"`
-	Role   string `json:"role"`
+	Role   Role   `json:"role"`
 	// Name is a note of the creator's ("ci", "alice's laptop").
 	Name      string     `json:"name,omitempty"`
 	CreatedAt time.Time  `json:"created_at"`
@@ -37,7 +45,7 @@ type Key struct {
 type CreateKeyRequest struct {
 	Tenant string `json:"tenant"`
 	// Role is "user" (default) or "admin".
-	Role string `json:"role,omitempty"`
+	Role Role   `json:"role,omitempty"`
 	Name string `json:"name,omitempty"`
 	// ExpiresAt, or ExpiresIn (a Go duration such as "720h"), ends the key;
 	// neither: it lasts until revoked.
@@ -71,14 +79,18 @@ type Quotas struct {
 	ImageBytes *int64 `json:"image_bytes,omitempty"`
 }
 
+// QuotaName names one of a tenant's quotas (QuotaExceeded.Quota): the JSON
+// name of its field of Quotas.
+type QuotaName string
+
 // Quota names, as they appear in QuotaExceeded and /metrics.
 const (
-	QuotaRunningSandboxes   = "running_sandboxes"
-	QuotaMemoryMB           = "memory_mb"
-	QuotaCPUs               = "cpus"
-	QuotaSuspendedSandboxes = "suspended_sandboxes"
-	QuotaSnapshotBytes      = "snapshot_bytes"
-	QuotaImageBytes         = "image_bytes"
+	QuotaRunningSandboxes   QuotaName = "running_sandboxes"
+	QuotaMemoryMB           QuotaName = "memory_mb"
+	QuotaCPUs               QuotaName = "cpus"
+	QuotaSuspendedSandboxes QuotaName = "suspended_sandboxes"
+	QuotaSnapshotBytes      QuotaName = "snapshot_bytes"
+	QuotaImageBytes         QuotaName = "image_bytes"
 )
 
 // TenantUsage is what a tenant holds now, against its quotas.
@@ -109,10 +121,10 @@ type TenantList struct {
 // QuotaExceeded is carried by a 429 error: which quota, what the tenant
 // holds, what it asked for on top and the limit.
 type QuotaExceeded struct {
-	Quota     string  `json:"quota"`
-	Use       float64 `json:"use"`
-	Requested float64 `json:"requested"`
-	Limit     float64 `json:"limit"`
+	Quota     QuotaName `json:"quota"`
+	Use       float64   `json:"use"`
+	Requested float64   `json:"requested"`
+	Limit     float64   `json:"limit"`
 }
 
 // AuditEntry is one call that changed something (or tried to): who, what,

@@ -55,34 +55,43 @@ type ChatOutput struct {
 	Error  *ExecutionError `json:"error,omitempty"`
 }
 
-// Chat SSE event names (ChatEvent.Type). The stream of POST /v1/chat starts
-// with "conversation" (ConversationID, Sandbox) and ends with "done" (a
-// ChatResponse) or "error" (an ErrorBody).
+// ChatEventType is the kind of a chat event (ChatEvent.Type), and the name of
+// its SSE event.
+type ChatEventType string
+
+// Chat SSE event names. The stream of POST /v1/chat starts with
+// "conversation" (ConversationID, Sandbox) and ends with "done" (a
+// ChatResponse) or "error" (an ErrorBody); the events between carry a
+// ChatEvent of their type.
 const (
-	ChatEventConversation = "conversation"
-	ChatEventText         = "text"       // Text: a delta of the model's text
-	ChatEventToolCall     = "tool_call"  // the model asked to run Code
-	ChatEventToolError    = "tool_error" // a malformed tool call, fed back to the model
-	ChatEventOutput       = "output"     // Output: live output of the running code
-	ChatEventExecution    = "execution"  // Execution: the code's result, Images its charts
-	ChatEventAnswer       = "answer"     // Text: the final answer, Images all charts
-	ChatEventDone         = "done"
-	ChatEventError        = "error"
+	ChatEventConversation ChatEventType = "conversation"
+	ChatEventText         ChatEventType = "text"       // Text: a delta of the model's text
+	ChatEventToolCall     ChatEventType = "tool_call"  // the model asked to run Code
+	ChatEventToolError    ChatEventType = "tool_error" // a malformed tool call, fed back to the model
+	ChatEventOutput       ChatEventType = "output"     // Output: live output of the running code
+	ChatEventExecution    ChatEventType = "execution"  // Execution: the code's result, Images its charts
+	ChatEventAnswer       ChatEventType = "answer"     // Text: the final answer, Images all charts
+)
+
+// The SSE events that end the chat stream: their data is no ChatEvent.
+const (
+	ChatEventDone  = "done"
+	ChatEventError = "error"
 )
 
 // ChatEvent is one event of the chat stream.
 type ChatEvent struct {
-	Type           string      `json:"type"`
-	Round          int         `json:"round,omitempty"`
-	Text           string      `json:"text,omitempty"`
-	CallID         string      `json:"call_id,omitempty"`
-	Code           string      `json:"code,omitempty"`
-	Output         *ChatOutput `json:"output,omitempty"`
-	Execution      *Execution  `json:"execution,omitempty"`
-	Images         []ChatImage `json:"images,omitempty"`
-	Error          string      `json:"error,omitempty"`
-	ConversationID string      `json:"conversation_id,omitempty"`
-	Sandbox        string      `json:"sandbox,omitempty"`
+	Type           ChatEventType `json:"type"`
+	Round          int           `json:"round,omitempty"`
+	Text           string        `json:"text,omitempty"`
+	CallID         string        `json:"call_id,omitempty"`
+	Code           string        `json:"code,omitempty"`
+	Output         *ChatOutput   `json:"output,omitempty"`
+	Execution      *Execution    `json:"execution,omitempty"`
+	Images         []ChatImage   `json:"images,omitempty"`
+	Error          string        `json:"error,omitempty"`
+	ConversationID string        `json:"conversation_id,omitempty"`
+	Sandbox        string        `json:"sandbox,omitempty"`
 }
 
 // Conversation is a chat with its sandbox (named conv-<id>: it suspends when

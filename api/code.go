@@ -79,7 +79,7 @@ type Cell struct {
 	ID        string     `json:"id"`
 	Sandbox   string     `json:"sandbox"`
 	Seq       int        `json:"seq,omitempty"` // from 1, per sandbox; 0 until stored
-	Source    string     `json:"source"`        // "user" or "model"
+	Source    CellSource `json:"source"`        // "user" or "model"
 	Code      string     `json:"code"`
 	Language  string     `json:"language"`
 	ContextID string     `json:"context_id,omitempty"`
@@ -87,10 +87,13 @@ type Cell struct {
 	CreatedAt time.Time  `json:"created_at"`
 }
 
+// CellSource is who ran a cell (Cell.Source).
+type CellSource string
+
 // Cell sources.
 const (
-	CellUser  = "user"
-	CellModel = "model"
+	CellUser  CellSource = "user"
+	CellModel CellSource = "model"
 )
 
 // CellList is the body of GET /v1/sandboxes/{sandbox}/cells, oldest first.

@@ -66,17 +66,21 @@ type CopyStep struct {
 	Dest string `json:"dest"`
 }
 
+// BuildEventType is the kind of a build event (BuildEvent.Type), and the
+// name of its SSE event.
+type BuildEventType string
+
 // Build event types: the SSE event names of POST /v1/images.
 const (
-	BuildEventStep  = "step"  // a step starts (or is served from the cache)
-	BuildEventLog   = "log"   // a line of output
-	BuildEventDone  = "done"  // the image is registered; Image is set
-	BuildEventError = "error" // the build failed; ErrorBody
+	BuildEventStep  BuildEventType = "step"  // a step starts (or is served from the cache)
+	BuildEventLog   BuildEventType = "log"   // a line of output
+	BuildEventDone  BuildEventType = "done"  // the image is registered; Image is set
+	BuildEventError BuildEventType = "error" // the build failed; ErrorBody
 )
 
 // BuildEvent is one event of a build or import log.
 type BuildEvent struct {
-	Type string `json:"type"`
+	Type BuildEventType `json:"type"`
 	// Step is the 1-based step number (0 for the base), Total the number of
 	// steps.
 	Step   int    `json:"step"`
@@ -93,18 +97,22 @@ type BuildEvent struct {
 // default python image, built from its recipe at start): "building" with
 // its step, "ready", or "failed" with why.
 type ImageReadiness struct {
-	Name  string `json:"name"`
-	State string `json:"state"`
-	Step  int    `json:"step,omitempty"`
-	Steps int    `json:"steps,omitempty"`
-	Error string `json:"error,omitempty"`
+	Name  string     `json:"name"`
+	State ImageState `json:"state"`
+	Step  int        `json:"step,omitempty"`
+	Steps int        `json:"steps,omitempty"`
+	Error string     `json:"error,omitempty"`
 }
+
+// ImageState is how far the daemon is with one of its own images
+// (ImageReadiness.State).
+type ImageState string
 
 // Image readiness states.
 const (
-	ImageBuilding = "building"
-	ImageReady    = "ready"
-	ImageFailed   = "failed"
+	ImageBuilding ImageState = "building"
+	ImageReady    ImageState = "ready"
+	ImageFailed   ImageState = "failed"
 )
 
 // Health is the body of GET /healthz: the daemon answers; Images says

@@ -2,10 +2,13 @@ package api
 
 import "time"
 
+// NodeState says whether a node of a cluster answers (Node.State).
+type NodeState string
+
 // Node states.
 const (
-	NodeUp   = "up"
-	NodeDown = "down"
+	NodeUp   NodeState = "up"
+	NodeDown NodeState = "down"
 )
 
 // Node is one daemon of a cluster (GET /v1/nodes): daemons that share a
@@ -15,7 +18,7 @@ type Node struct {
 	// Address is the base URL the other nodes reach its API at.
 	Address string `json:"address"`
 	// State is up while its heartbeat is recent, else down.
-	State string `json:"state"`
+	State NodeState `json:"state"`
 	// Self marks the node that answered.
 	Self                bool      `json:"self,omitempty"`
 	CPUs                float64   `json:"cpus"`

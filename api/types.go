@@ -8,19 +8,22 @@ import "time"
 // How the states below follow one another, and what survives a daemon
 // restart in each, is in docs/ARCHITECTURE.md, "States and transitions".
 
+// SandboxState is a sandbox's lifecycle state (Sandbox.State).
+type SandboxState string
+
 // Sandbox lifecycle states.
 const (
-	StateCreating   = "creating"
-	StateRunning    = "running"
-	StateSuspending = "suspending"
-	StateSuspended  = "suspended"
-	StateResuming   = "resuming"
-	StateTerminated = "terminated"
-	StateError      = "error"
+	StateCreating   SandboxState = "creating"
+	StateRunning    SandboxState = "running"
+	StateSuspending SandboxState = "suspending"
+	StateSuspended  SandboxState = "suspended"
+	StateResuming   SandboxState = "resuming"
+	StateTerminated SandboxState = "terminated"
+	StateError      SandboxState = "error"
 	// StateLost: the sandbox was running on a node of a cluster that
 	// stopped answering; its processes are gone with the node (should the
 	// node come back with them, it is running again).
-	StateLost = "lost"
+	StateLost SandboxState = "lost"
 )
 
 // CreateSandboxRequest is the body of POST /v1/sandboxes. Pointer fields are
@@ -59,7 +62,7 @@ type CreateSandboxRequest struct {
 type Sandbox struct {
 	ID                  string            `json:"id"`
 	Name                string            `json:"name,omitempty"`
-	State               string            `json:"state"`
+	State               SandboxState      `json:"state"`
 	StateReason         string            `json:"state_reason,omitempty"`
 	Image               string            `json:"image"`
 	SnapshotID          string            `json:"snapshot_id,omitempty"`
@@ -239,29 +242,37 @@ type ErrorBody struct {
 	Quota *QuotaExceeded `json:"quota,omitempty"`
 }
 
+// SnapshotType is what a snapshot holds (Snapshot.Type).
+type SnapshotType string
+
 // Snapshot types.
 const (
-	SnapshotFilesystem = "filesystem"
-	SnapshotMemory     = "memory"
+	SnapshotFilesystem SnapshotType = "filesystem"
+	SnapshotMemory     SnapshotType = "memory"
 )
+
+// Valid reports whether t is one of the snapshot types.
+func (t SnapshotType) Valid() bool {
+	return t == SnapshotFilesystem || t == SnapshotMemory
+}
 
 // CheckpointRequest is the body of POST /v1/sandboxes/{sandbox}/checkpoint.
 type CheckpointRequest struct {
-	Type string `json:"type,omitempty"` // "filesystem" (default) or "memory"
-	Name string `json:"name,omitempty"`
+	Type SnapshotType `json:"type,omitempty"` // "filesystem" (default) or "memory"
+	Name string       `json:"name,omitempty"`
 }
 
 // Snapshot is a saved state of a sandbox.
 type Snapshot struct {
-	ID        string    `json:"id"`
-	Type      string    `json:"type"`
-	Name      string    `json:"name,omitempty"`
-	SandboxID string    `json:"sandbox_id"`
-	ParentID  string    `json:"parent_id,omitempty"`
-	Image     string    `json:"image"`
-	SizeBytes int64     `json:"size_bytes"`
-	PausedMS  int64     `json:"paused_ms"`
-	CreatedAt time.Time `json:"created_at"`
+	ID        string       `json:"id"`
+	Type      SnapshotType `json:"type"`
+	Name      string       `json:"name,omitempty"`
+	SandboxID string       `json:"sandbox_id"`
+	ParentID  string       `json:"parent_id,omitempty"`
+	Image     string       `json:"image"`
+	SizeBytes int64        `json:"size_bytes"`
+	PausedMS  int64        `json:"paused_ms"`
+	CreatedAt time.Time    `json:"created_at"`
 }
 
 // SnapshotList is the body of GET /v1/snapshots.

@@ -46,7 +46,7 @@ func clusterNode(b *testing.B, tn *testnet.Net, i int, dsn, blobs, dir string) *
 func nodeName(i int) string { return string(rune('a' + i)) }
 
 // waitNode waits until d sees node id in state.
-func waitNode(b *testing.B, d *daemon, id, state string) {
+func waitNode(b *testing.B, d *daemon, id string, state api.NodeState) {
 	b.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {

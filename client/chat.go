@@ -92,7 +92,7 @@ func (c *Client) ChatStream(ctx context.Context, req api.ChatRequest, onEvent fu
 				return err
 			}
 			if ce.Type == "" {
-				ce.Type = ev.Name
+				ce.Type = api.ChatEventType(ev.Name)
 			}
 			if onEvent != nil {
 				onEvent(ce)

@@ -197,13 +197,13 @@ func TestChatStreamErrors(t *testing.T) {
 	start := sseEventText(api.ChatEventConversation, api.ChatEvent{Type: api.ChatEventConversation, ConversationID: "c1", Sandbox: "s1"})
 	t.Run("error event", func(t *testing.T) {
 		c := sseServer(t, start+sseEventText(api.ChatEventError, api.ErrorBody{Code: "unavailable", Message: "model provider: connection refused"}), 5)
-		var got []string
+		var got []api.ChatEventType
 		_, err := c.ChatStream(context.Background(), api.ChatRequest{Question: "q"}, func(ev api.ChatEvent) { got = append(got, ev.Type) })
 		var ae *APIError
 		if !errors.Is(err, ErrUnavailable) || !errors.As(err, &ae) || ae.Status != 503 || ae.Message != "model provider: connection refused" {
 			t.Fatalf("err = %#v", err)
 		}
-		if !reflect.DeepEqual(got, []string{api.ChatEventConversation}) {
+		if !reflect.DeepEqual(got, []api.ChatEventType{api.ChatEventConversation}) {
 			t.Errorf("events = %q", got)
 		}
 	})
@@ -222,7 +222,7 @@ func TestChatStreamErrors(t *testing.T) {
 			t.Fatalf("err = %v, want ErrUnexpectedEOF", err)
 		}
 	})
-	for _, ev := range []string{api.ChatEventText, api.ChatEventDone} {
+	for _, ev := range []string{string(api.ChatEventText), api.ChatEventDone} {
 		t.Run("bad "+ev+" json", func(t *testing.T) {
 			c := sseServer(t, "event: "+ev+"\ndata: {nope\n\n", 5)
 			_, err := c.ChatStream(context.Background(), api.ChatRequest{Question: "q"}, nil)

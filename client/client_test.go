@@ -259,9 +259,9 @@ func sseServer(t *testing.T, stream string, chunk int) *Client {
 	return c
 }
 
-func sseEventText(name string, v any) string {
+func sseEventText[S ~string](name S, v any) string {
 	b, _ := json.Marshal(v)
-	return "event: " + name + "\ndata: " + string(b) + "\n\n"
+	return "event: " + string(name) + "\ndata: " + string(b) + "\n\n"
 }
 
 func TestExecStream(t *testing.T) {

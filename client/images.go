@@ -197,7 +197,7 @@ func (c *Client) buildStream(ctx context.Context, req *http.Request, onEvent fun
 		img = new(api.Image)
 		return decodeJSON(body, img)
 	}, func(ev sse.Event) error {
-		if ev.Name == api.BuildEventError {
+		if ev.Name == string(api.BuildEventError) {
 			return failureError(ev.Data)
 		}
 		var be api.BuildEvent
@@ -205,12 +205,12 @@ func (c *Client) buildStream(ctx context.Context, req *http.Request, onEvent fun
 			return err
 		}
 		if be.Type == "" {
-			be.Type = ev.Name
+			be.Type = api.BuildEventType(ev.Name)
 		}
 		if onEvent != nil {
 			onEvent(be)
 		}
-		if ev.Name == api.BuildEventDone {
+		if ev.Name == string(api.BuildEventDone) {
 			if be.Image == nil {
 				return fmt.Errorf("done event without an image")
 			}

@@ -63,12 +63,12 @@ func TestOpenAPIImages(t *testing.T) {
 		ref, _ := v.(map[string]any)["$ref"].(string)
 		got[name] = strings.TrimPrefix(ref, "#/components/schemas/")
 	}
-	wantEvents := map[string]string{api.BuildEventStep: "BuildEvent", api.BuildEventLog: "BuildEvent", api.BuildEventDone: "BuildEvent", api.BuildEventError: "ErrorBody"}
+	wantEvents := map[string]string{string(api.BuildEventStep): "BuildEvent", string(api.BuildEventLog): "BuildEvent", string(api.BuildEventDone): "BuildEvent", string(api.BuildEventError): "ErrorBody"}
 	if !reflect.DeepEqual(got, wantEvents) {
 		t.Errorf("POST /v1/images x-sse-events = %v, want %v", got, wantEvents)
 	}
 	if got := resolve(raw, "#/components/schemas/BuildEvent/properties/type/enum"); !reflect.DeepEqual(got,
-		[]any{api.BuildEventStep, api.BuildEventLog, api.BuildEventDone, api.BuildEventError}) {
+		enum(api.BuildEventStep, api.BuildEventLog, api.BuildEventDone, api.BuildEventError)) {
 		t.Errorf("BuildEvent.type enum = %v", got)
 	}
 	for _, ref := range []string{"/v1/images/post/responses/201", "/v1/images/get/responses/200", "/v1/images/{name}/get/responses/200"} {
@@ -170,7 +170,7 @@ func TestBuildImageJSON(t *testing.T) {
 	}
 	var kinds []string
 	for _, ev := range events {
-		kinds = append(kinds, ev.Type+":"+ev.Kind+ev.Line)
+		kinds = append(kinds, string(ev.Type)+":"+ev.Kind+ev.Line)
 	}
 	want := []string{"step:base", "step:run", "log:Setting up python3", "step:env", "done:"}
 	if !reflect.DeepEqual(kinds, want) {

@@ -157,6 +157,16 @@ func TestOpenAPIRefsResolve(t *testing.T) {
 	walk("#", raw)
 }
 
+// enum is constants of a string type of package api as a decoded document
+// holds them: an enum's values.
+func enum[S ~string](vs ...S) []any {
+	out := make([]any, len(vs))
+	for i, v := range vs {
+		out[i] = string(v)
+	}
+	return out
+}
+
 func resolve(doc map[string]any, ref string) any {
 	if !strings.HasPrefix(ref, "#/") {
 		return nil
@@ -225,11 +235,11 @@ func TestOpenAPISSEEvents(t *testing.T) {
 			api.EventDone: "Execution", eventFailure: "ErrorBody",
 		},
 		"/v1/chat": {
-			api.ChatEventConversation: "ChatEvent", api.ChatEventText: "ChatEvent",
-			api.ChatEventToolCall: "ChatEvent", api.ChatEventToolError: "ChatEvent",
-			api.ChatEventOutput: "ChatEvent", api.ChatEventExecution: "ChatEvent",
-			api.ChatEventAnswer: "ChatEvent",
-			api.ChatEventDone:   "ChatResponse", api.ChatEventError: "ErrorBody",
+			string(api.ChatEventConversation): "ChatEvent", string(api.ChatEventText): "ChatEvent",
+			string(api.ChatEventToolCall): "ChatEvent", string(api.ChatEventToolError): "ChatEvent",
+			string(api.ChatEventOutput): "ChatEvent", string(api.ChatEventExecution): "ChatEvent",
+			string(api.ChatEventAnswer): "ChatEvent",
+			api.ChatEventDone:           "ChatResponse", api.ChatEventError: "ErrorBody",
 		},
 	} {
 		events, _ := resolve(raw, "#/paths/"+strings.ReplaceAll(path, "/", "~1")+"/post/responses/200/content/text~1event-stream/x-sse-events").(map[string]any)
@@ -285,10 +295,10 @@ func TestOpenAPISnapshotLimits(t *testing.T) {
 	raw, _ := loadOpenAPI(t)
 	get := func(ref string) any { return resolve(raw, "#/components/schemas/"+ref) }
 	for ref, want := range map[string]any{
-		"CheckpointRequest/properties/type/enum":      []any{api.SnapshotFilesystem, api.SnapshotMemory},
-		"CheckpointRequest/properties/type/default":   api.SnapshotFilesystem,
+		"CheckpointRequest/properties/type/enum":      enum(api.SnapshotFilesystem, api.SnapshotMemory),
+		"CheckpointRequest/properties/type/default":   string(api.SnapshotFilesystem),
 		"CheckpointRequest/properties/name/maxLength": 128.0,
-		"Snapshot/properties/type/enum":               []any{api.SnapshotFilesystem, api.SnapshotMemory},
+		"Snapshot/properties/type/enum":               enum(api.SnapshotFilesystem, api.SnapshotMemory),
 		"ForkRequest/properties/count/minimum":        1.0,
 		"ForkRequest/properties/count/maximum":        16.0,
 		"ForkRequest/properties/names/items/pattern":  get("CreateSandboxRequest/properties/name/pattern"),
@@ -429,10 +439,10 @@ func TestOpenAPIChat(t *testing.T) {
 	}
 	// The stream's event kinds are ChatEvent's type enum; done and error
 	// carry other data.
-	if got, want := resolve(raw, "#/components/schemas/ChatEvent/properties/type/enum"), []any{
+	if got, want := resolve(raw, "#/components/schemas/ChatEvent/properties/type/enum"), enum(
 		api.ChatEventConversation, api.ChatEventText, api.ChatEventToolCall, api.ChatEventToolError,
 		api.ChatEventOutput, api.ChatEventExecution, api.ChatEventAnswer,
-	}; !reflect.DeepEqual(got, want) {
+	); !reflect.DeepEqual(got, want) {
 		t.Errorf("ChatEvent.type enum = %v, want %v", got, want)
 	}
 	if got := resolve(raw, "#/components/schemas/ChatOutput/properties/type/enum"); !reflect.DeepEqual(got, []any{"stdout", "stderr", "result", "error"}) {
@@ -528,11 +538,11 @@ func TestOpenAPIAccess(t *testing.T) {
 	}
 	get := func(ref string) any { return resolve(raw, "#/components/schemas/"+ref) }
 	for ref, want := range map[string]any{
-		"Key/properties/role/enum":                 []any{api.RoleAdmin, api.RoleUser},
-		"CreateKeyRequest/properties/role/enum":    []any{api.RoleAdmin, api.RoleUser},
-		"CreateKeyRequest/properties/role/default": api.RoleUser,
-		"QuotaExceeded/properties/quota/enum": []any{api.QuotaRunningSandboxes, api.QuotaMemoryMB, api.QuotaCPUs,
-			api.QuotaSuspendedSandboxes, api.QuotaSnapshotBytes, api.QuotaImageBytes},
+		"Key/properties/role/enum":                 enum(api.RoleAdmin, api.RoleUser),
+		"CreateKeyRequest/properties/role/enum":    enum(api.RoleAdmin, api.RoleUser),
+		"CreateKeyRequest/properties/role/default": string(api.RoleUser),
+		"QuotaExceeded/properties/quota/enum": enum(api.QuotaRunningSandboxes, api.QuotaMemoryMB, api.QuotaCPUs,
+			api.QuotaSuspendedSandboxes, api.QuotaSnapshotBytes, api.QuotaImageBytes),
 		"ErrorBody/properties/quota/$ref": "#/components/schemas/QuotaExceeded",
 	} {
 		if got := get(ref); !reflect.DeepEqual(got, want) {
@@ -540,9 +550,9 @@ func TestOpenAPIAccess(t *testing.T) {
 		}
 	}
 	// Every quota name is a Quotas and a TenantUsage property.
-	for _, q := range []string{api.QuotaRunningSandboxes, api.QuotaMemoryMB, api.QuotaCPUs,
+	for _, q := range []api.QuotaName{api.QuotaRunningSandboxes, api.QuotaMemoryMB, api.QuotaCPUs,
 		api.QuotaSuspendedSandboxes, api.QuotaSnapshotBytes, api.QuotaImageBytes} {
-		if get("Quotas/properties/"+q) == nil || get("TenantUsage/properties/"+q) == nil {
+		if get("Quotas/properties/"+string(q)) == nil || get("TenantUsage/properties/"+string(q)) == nil {
 			t.Errorf("quota %s is not a property of Quotas and TenantUsage", q)
 		}
 	}

@@ -22,7 +22,7 @@ func (c *Client) CreateSandbox(ctx context.Context, req api.CreateSandboxRequest
 // ListOptions filters ListSandboxes. Zero fields do not filter; a sandbox
 // must carry every label in Labels.
 type ListOptions struct {
-	State  string
+	State  api.SandboxState
 	Name   string
 	Labels map[string]string
 }
@@ -31,7 +31,7 @@ type ListOptions struct {
 func (c *Client) ListSandboxes(ctx context.Context, opts ListOptions) (*api.SandboxList, error) {
 	q := url.Values{}
 	if opts.State != "" {
-		q.Set("state", opts.State)
+		q.Set("state", string(opts.State))
 	}
 	if opts.Name != "" {
 		q.Set("name", opts.Name)

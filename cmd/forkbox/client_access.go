@@ -42,6 +42,7 @@ tenants' quotas and reads the audit log. These commands need an admin key
 func keyCreateCmd() *cobra.Command {
 	var (
 		req     api.CreateKeyRequest
+		role    string
 		expires string
 		quotas  quotaFlags
 	)
@@ -68,8 +69,8 @@ and keep the others, use forkbox tenant set.`,
 			if req.Tenant == "" {
 				return errors.New("key create: give the key's --tenant")
 			}
-			if req.Role != api.RoleUser && req.Role != api.RoleAdmin {
-				return fmt.Errorf("key create: --role %q: want %s or %s", req.Role, api.RoleUser, api.RoleAdmin)
+			if req.Role = api.Role(role); !req.Role.Valid() {
+				return fmt.Errorf("key create: --role %q: want %s or %s", role, api.RoleUser, api.RoleAdmin)
 			}
 			if expires != "" {
 				var err error
@@ -104,7 +105,7 @@ and keep the others, use forkbox tenant set.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&req.Tenant, "tenant", "", "the `TENANT` the key belongs to")
-	f.StringVar(&req.Role, "role", api.RoleUser, "`ROLE`: user (its tenant's resources) or admin (also keys, quotas, audit)")
+	f.StringVar(&role, "role", string(api.RoleUser), "`ROLE`: user (its tenant's resources) or admin (also keys, quotas, audit)")
 	f.StringVar(&req.Name, "name", "", "a `NOTE` on what the key is for (ci, alice's laptop)")
 	f.StringVar(&expires, "expires", "", "end the key `WHEN`: after a duration (720h, 30d) or at a time (RFC 3339, or a date)")
 	quotas.add(cmd)
@@ -406,8 +407,9 @@ func printUsage(w io.Writer, u *api.TenantUsage) {
 // quotaRow is one quota, formatted: what is used of it (of u, when given)
 // and its limit (nil: unlimited).
 type quotaRow struct {
-	name, use string
-	limit     *string
+	name  api.QuotaName
+	use   string
+	limit *string
 }
 
 // quotaRows lists the quotas in a fixed order, formatted for people.
@@ -430,7 +432,7 @@ func quotaRows(u *api.TenantUsage, q api.Quotas) []quotaRow {
 	return rows
 }
 
-func intRow(name string, use int64, limit *int64) quotaRow {
+func intRow(name api.QuotaName, use int64, limit *int64) quotaRow {
 	r := quotaRow{name: name, use: quotaValue(name, float64(use))}
 	if limit != nil {
 		l := quotaValue(name, float64(*limit))
@@ -441,9 +443,9 @@ func intRow(name string, use int64, limit *int64) quotaRow {
 
 // quotaValue formats an amount of quota name: bytes with binary units, the
 // rest as plain numbers.
-func quotaValue(name string, v float64) string {
+func quotaValue(name api.QuotaName, v float64) string {
 	switch {
-	case strings.HasSuffix(name, "_bytes"):
+	case strings.HasSuffix(string(name), "_bytes"):
 		return units.Bytes(int64(v))
 	case name == api.QuotaMemoryMB && v > 0:
 		return humanMiB(int64(v))

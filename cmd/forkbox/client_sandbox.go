@@ -148,6 +148,7 @@ func wholeSeconds(s float64) int64 {
 func lsCmd() *cobra.Command {
 	var (
 		opts   client.ListOptions
+		state  string
 		labels []string
 		all    bool
 	)
@@ -164,6 +165,7 @@ terminated ones included. --json prints the same selection.`,
   forkbox ls --state running --label team=data`,
 		Args: cobra.NoArgs,
 		RunE: run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, _ []string) error {
+			opts.State = api.SandboxState(state)
 			opts.Labels = make(map[string]string, len(labels))
 			for _, l := range labels {
 				// k=v like everywhere else in the CLI; k:v as on the wire.
@@ -196,7 +198,7 @@ terminated ones included. --json prints the same selection.`,
 	}
 	f := cmd.Flags()
 	f.BoolVarP(&all, "all", "a", false, "also list terminated sandboxes and the ready sandboxes of warm pools")
-	f.StringVar(&opts.State, "state", "", "only sandboxes in this state (running, suspended, terminated, …)")
+	f.StringVar(&state, "state", "", "only sandboxes in this state (running, suspended, terminated, …)")
 	f.StringVar(&opts.Name, "name", "", "only the sandbox with this name")
 	f.StringArrayVarP(&labels, "label", "l", nil, "only sandboxes with label `K=V` (repeatable)")
 	return cmd
@@ -231,7 +233,7 @@ func (h hiddenCount) String() string {
 
 // visibleSandboxes drops the terminated sandboxes (unless state asks for
 // them) and the unclaimed pool members, and counts what it dropped.
-func visibleSandboxes(sbs []api.Sandbox, state string) ([]api.Sandbox, hiddenCount) {
+func visibleSandboxes(sbs []api.Sandbox, state api.SandboxState) ([]api.Sandbox, hiddenCount) {
 	var (
 		shown  []api.Sandbox
 		hidden hiddenCount
@@ -253,8 +255,8 @@ func printSandboxTable(w io.Writer, sbs []api.Sandbox, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
 	fmt.Fprintln(tw, "ID\tNAME\tSTATE\tIMAGE\tCPUS\tMEM\tAGE")
 	for _, sb := range sbs {
-		state := sb.State
-		if p := poolMember(sb); p != "" && state != api.StateTerminated {
+		state := string(sb.State)
+		if p := poolMember(sb); p != "" && sb.State != api.StateTerminated {
 			state += " (ready in pool " + p + ")"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n",

@@ -38,7 +38,7 @@ func (d *fakeDaemon) findSnapshot(id string) int {
 }
 
 // takeSnapshot records a snapshot of sb. d.mu is held.
-func (d *fakeDaemon) takeSnapshot(sb *api.Sandbox, typ, name string) *api.Snapshot {
+func (d *fakeDaemon) takeSnapshot(sb *api.Sandbox, typ api.SnapshotType, name string) *api.Snapshot {
 	sn := &api.Snapshot{ID: fmt.Sprintf("snap_%d", len(d.snapshots)+1), Type: typ, Name: name, SandboxID: sb.ID,
 		ParentID: sb.SnapshotID, Image: sb.Image, SizeBytes: 4096, PausedMS: 12, CreatedAt: time.Now().Add(-2 * time.Minute)}
 	if typ == api.SnapshotMemory {

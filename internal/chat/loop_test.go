@@ -204,7 +204,7 @@ func (e *events) emit(ev Event) {
 	e.all = append(e.all, ev)
 }
 
-func (e *events) count(typ string) int {
+func (e *events) count(typ api.ChatEventType) int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	n := 0

@@ -785,7 +785,7 @@ func TestRouteWebSocketPassesThrough(t *testing.T) {
 func TestRouteDownOwner(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
-		state     string
+		state     api.SandboxState
 		onLost    string
 		inReg     bool
 		wantAdopt bool

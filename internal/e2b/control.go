@@ -355,7 +355,7 @@ func (ct *control) kill(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func e2bState(s string) string {
+func e2bState(s api.SandboxState) string {
 	switch s {
 	case api.StateSuspending, api.StateSuspended:
 		return "paused"

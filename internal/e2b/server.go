@@ -14,7 +14,7 @@ type Manager interface {
 	Controls
 	Code
 	Backend
-	E2BAuthorize(ctx context.Context, id, token string, traffic bool) (owner, state string, ok bool)
+	E2BAuthorize(ctx context.Context, id, token string, traffic bool) (owner string, state api.SandboxState, ok bool)
 }
 
 // Server serves E2B's control plane and its sandboxes' data plane.
@@ -66,7 +66,7 @@ func (s *Server) ServeData(w http.ResponseWriter, r *http.Request) {
 	}
 	if state == api.StateTerminated || state == api.StateError {
 		// The SDKs read 502 as "the sandbox timed out (is gone)".
-		writeJSON(w, http.StatusBadGateway, map[string]any{"code": http.StatusBadGateway, "message": "sandbox " + id + " is " + state})
+		writeJSON(w, http.StatusBadGateway, map[string]any{"code": http.StatusBadGateway, "message": "sandbox " + id + " is " + string(state)})
 		return
 	}
 	ctx := tenant.With(r.Context(), tenant.Principal{Tenant: owner, KeyID: "e2b-token", Via: "e2b"})

@@ -146,11 +146,10 @@ func (s *Server) createKey(w http.ResponseWriter, r *http.Request) error {
 	if !tenant.ValidName.MatchString(req.Tenant) {
 		return errdefs.InvalidArgument("tenant: %q must be 1-32 lowercase letters, digits or '-', starting with a letter or digit", req.Tenant)
 	}
-	switch req.Role {
-	case "":
+	if req.Role == "" {
 		req.Role = api.RoleUser
-	case api.RoleUser, api.RoleAdmin:
-	default:
+	}
+	if !req.Role.Valid() {
 		return errdefs.InvalidArgument("role: %q is not %q or %q", req.Role, api.RoleUser, api.RoleAdmin)
 	}
 	if len(req.Name) > 128 {
@@ -234,7 +233,7 @@ func (s *Server) revokeKey(w http.ResponseWriter, r *http.Request) error {
 
 func checkQuotas(q api.Quotas) error {
 	for _, c := range []struct {
-		name string
+		name api.QuotaName
 		v    *int64
 	}{{api.QuotaRunningSandboxes, q.RunningSandboxes}, {api.QuotaMemoryMB, q.MemoryMB}, {api.QuotaSuspendedSandboxes, q.SuspendedSandboxes},
 		{api.QuotaSnapshotBytes, q.SnapshotBytes}, {api.QuotaImageBytes, q.ImageBytes}} {

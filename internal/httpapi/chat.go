@@ -42,7 +42,7 @@ func (s *Server) chat(w http.ResponseWriter, r *http.Request) error {
 		return nil
 	}
 	stream := &lazySSE{w: w}
-	res, err := svc.Ask(r.Context(), &req, func(ev api.ChatEvent) { stream.emit(ev.Type, ev) })
+	res, err := svc.Ask(r.Context(), &req, func(ev api.ChatEvent) { stream.emit(string(ev.Type), ev) })
 	if err != nil {
 		return stream.fail(api.ChatEventError, err)
 	}

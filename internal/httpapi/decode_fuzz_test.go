@@ -366,8 +366,8 @@ func FuzzListSandboxes(f *testing.F) {
 		w := fs.do(r)
 
 		q := r.URL.Query()
-		state, name, labels, bad := q.Get("state"), q.Get("name"), map[string]string{}, false
-		if state != "" && !slices.Contains([]string{api.StateCreating, api.StateRunning, api.StateSuspending, api.StateSuspended, api.StateResuming, api.StateTerminated, api.StateError}, state) {
+		state, name, labels, bad := api.SandboxState(q.Get("state")), q.Get("name"), map[string]string{}, false
+		if state != "" && !slices.Contains([]api.SandboxState{api.StateCreating, api.StateRunning, api.StateSuspending, api.StateSuspended, api.StateResuming, api.StateTerminated, api.StateError}, state) {
 			bad = true
 		}
 		for _, l := range q["label"] {

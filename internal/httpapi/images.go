@@ -367,7 +367,7 @@ func (s *Server) streamBuild(w http.ResponseWriter, r *http.Request, run func(em
 		mu.Lock()
 		defer mu.Unlock()
 		if open { // an event after the build returned has nowhere to go
-			stream.emit(ev.Type, ev)
+			stream.emit(string(ev.Type), ev)
 		}
 	}
 	stop := keepAlive(stream, keepAliveInterval)
@@ -377,9 +377,9 @@ func (s *Server) streamBuild(w http.ResponseWriter, r *http.Request, run func(em
 	mu.Unlock()
 	stop()
 	if err != nil {
-		return stream.fail(api.BuildEventError, err)
+		return stream.fail(string(api.BuildEventError), err)
 	}
-	stream.emit(api.BuildEventDone, api.BuildEvent{Type: api.BuildEventDone, Image: img})
+	stream.emit(string(api.BuildEventDone), api.BuildEvent{Type: api.BuildEventDone, Image: img})
 	return nil
 }
 

@@ -300,7 +300,7 @@ func (a answer) events(t *testing.T) (events []sseEvent, comments int) {
 	for _, ev := range evs {
 		e := sseEvent{name: ev.Name}
 		var err error
-		if ev.Name == api.BuildEventError {
+		if ev.Name == string(api.BuildEventError) {
 			err = json.Unmarshal(ev.Data, &e.err)
 		} else {
 			err = json.Unmarshal(ev.Data, &e.ev)
@@ -723,7 +723,7 @@ func TestImagesThroughClient(t *testing.T) {
 	dir := t.TempDir()
 	os.MkdirAll(filepath.Join(dir, "app"), 0o755)
 	os.WriteFile(filepath.Join(dir, "app", "main.py"), []byte("print(1)"), 0o644)
-	var steps []string
+	var steps []api.BuildEventType
 	img, err := c.BuildImage(ctx, api.Recipe{Name: "app", Base: "debian:bookworm", Steps: []api.RecipeStep{
 		{Run: "true"}, {Copy: &api.CopyStep{Src: "app", Dest: "/opt/app"}},
 	}}, dir, func(ev api.BuildEvent) { steps = append(steps, ev.Type) })
@@ -733,7 +733,7 @@ func TestImagesThroughClient(t *testing.T) {
 	if img.Name != "app" || !reflect.DeepEqual(env.builder.entries, map[string]string{"app/": "", "app/main.py": "print(1)"}) {
 		t.Errorf("image %+v, context %v", img, env.builder.entries)
 	}
-	if want := []string{"step", "step", "log", "step", "log", "done"}; !reflect.DeepEqual(steps, want) {
+	if want := []api.BuildEventType{"step", "step", "log", "step", "log", "done"}; !reflect.DeepEqual(steps, want) {
 		t.Errorf("events %q, want %q", steps, want)
 	}
 

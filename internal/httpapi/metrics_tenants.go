@@ -43,16 +43,16 @@ func (c *tenantCollector) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		for _, q := range quotaRows(u) {
-			ch <- prometheus.MustNewConstMetric(tenantUsageDesc, prometheus.GaugeValue, q.use, n, q.name)
+			ch <- prometheus.MustNewConstMetric(tenantUsageDesc, prometheus.GaugeValue, q.use, n, string(q.name))
 			if q.limit != nil {
-				ch <- prometheus.MustNewConstMetric(tenantLimitDesc, prometheus.GaugeValue, *q.limit, n, q.name)
+				ch <- prometheus.MustNewConstMetric(tenantLimitDesc, prometheus.GaugeValue, *q.limit, n, string(q.name))
 			}
 		}
 	}
 }
 
 type quotaRow struct {
-	name  string
+	name  api.QuotaName
 	use   float64
 	limit *float64
 }

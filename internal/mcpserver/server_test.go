@@ -213,7 +213,7 @@ func (f *fakeBackend) Fork(ctx context.Context, sb string, req api.ForkRequest) 
 	return res, nil
 }
 
-func (f *fakeBackend) setState(sb, from, to string) (*api.Sandbox, error) {
+func (f *fakeBackend) setState(sb string, from, to api.SandboxState) (*api.Sandbox, error) {
 	s, err := f.get(sb)
 	if err != nil {
 		return nil, err

@@ -42,7 +42,7 @@ type createSandboxIn struct {
 }
 
 type listSandboxesIn struct {
-	State             string            `json:"state,omitempty" jsonschema:"Only sandboxes in this state."`
+	State             api.SandboxState  `json:"state,omitempty" jsonschema:"Only sandboxes in this state."`
 	Name              string            `json:"name,omitempty" jsonschema:"Only the sandbox with this name."`
 	Labels            map[string]string `json:"labels,omitempty" jsonschema:"Only sandboxes that carry all of these labels."`
 	IncludeTerminated bool              `json:"include_terminated,omitempty" jsonschema:"Also list terminated sandboxes (left out by default unless state asks for them)."`
@@ -81,9 +81,9 @@ type writeFileIn struct {
 }
 
 type checkpointIn struct {
-	Sandbox string `json:"sandbox" jsonschema:"The sandbox: its id (sbx_…) or its name."`
-	Type    string `json:"type,omitempty" jsonschema:"filesystem (the default: files only, fast) or memory (also every variable and process, so a sandbox created from it continues warm)."`
-	Name    string `json:"name,omitempty" jsonschema:"Optional name for the snapshot."`
+	Sandbox string           `json:"sandbox" jsonschema:"The sandbox: its id (sbx_…) or its name."`
+	Type    api.SnapshotType `json:"type,omitempty" jsonschema:"filesystem (the default: files only, fast) or memory (also every variable and process, so a sandbox created from it continues warm)."`
+	Name    string           `json:"name,omitempty" jsonschema:"Optional name for the snapshot."`
 }
 
 type forkIn struct {
@@ -543,10 +543,12 @@ func (t *tools) listSnapshots(ctx context.Context, in listSnapshotsIn) (*mcp.Cal
 	return nil, list, nil
 }
 
-func anys(vs ...string) []any {
+// anys is an enum's values as JSON decodes them: plain strings, whatever
+// string type the constants have.
+func anys[S ~string](vs ...S) []any {
 	out := make([]any, len(vs))
 	for i, v := range vs {
-		out[i] = v
+		out[i] = string(v)
 	}
 	return out
 }

@@ -22,7 +22,7 @@ type CodeOptions struct {
 	OnEvent func(CodeEvent)
 	// Source is who runs the cell, as its history records it: api.CellUser
 	// (the default) or api.CellModel.
-	Source string
+	Source api.CellSource
 	// OnRecorded is given the cell as its history records it (nil: skipped).
 	OnRecorded func(api.Cell)
 	// Unrecorded keeps the cell out of the history: the daemon's own

@@ -54,7 +54,7 @@ func (m *Manager) E2BTemplate(ctx context.Context, ref string) string {
 // It returns the sandbox's tenant, or ok false for an unknown sandbox, a
 // wrong token or one that never had tokens — the same answer, so that the
 // data plane is no oracle of what exists.
-func (m *Manager) E2BAuthorize(ctx context.Context, id, token string, traffic bool) (owner string, state string, ok bool) {
+func (m *Manager) E2BAuthorize(ctx context.Context, id, token string, traffic bool) (owner string, state api.SandboxState, ok bool) {
 	sb, err := m.store.Get(tenant.Unscoped(ctx), id)
 	if err != nil || sb.ID != id || sb.Spec.E2B == nil || sb.Spec.E2B.EnvdToken == "" || token == "" {
 		return "", "", false

@@ -570,7 +570,7 @@ func (e *testEnv) transitionsOf(id string) []string {
 	}
 	var out []string
 	for _, ev := range evs {
-		out = append(out, ev.From+">"+ev.To)
+		out = append(out, string(ev.From+">"+ev.To))
 	}
 	return out
 }

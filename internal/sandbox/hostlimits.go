@@ -377,7 +377,7 @@ func (r diskRoom) check(diskMB int64, from string) error {
 // which the free space already counts): a resume asks for its disk again
 // (admitResume), so that a host keeps many more suspended sessions than it
 // could run at once.
-var liveStates = []string{api.StateCreating, api.StateRunning, api.StateSuspending, api.StateResuming}
+var liveStates = []api.SandboxState{api.StateCreating, api.StateRunning, api.StateSuspending, api.StateResuming}
 
 // room measures the sandboxes' filesystem, counting the promises of the
 // live sandboxes in the store and of the creates under way. The caller

@@ -79,7 +79,7 @@ func (m *Manager) Start(ctx context.Context) error {
 				m.log.Error("clean up errored sandbox", "sandbox", sb.ID, "err", err)
 			}
 		default:
-			m.setError(ctx, sb.ID, "daemon stopped while the sandbox was "+sb.State)
+			m.setError(ctx, sb.ID, "daemon stopped while the sandbox was "+string(sb.State))
 		}
 	}
 	dirs, err := m.rt.SandboxDirs()

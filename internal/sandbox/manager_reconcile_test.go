@@ -20,7 +20,7 @@ import (
 func TestStartReconciles(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{node: "a"})
-	seed := func(id, state string, live bool) *store.Sandbox {
+	seed := func(id string, state api.SandboxState, live bool) *store.Sandbox {
 		return e.seed(&store.Sandbox{ID: id, State: state}, live)
 	}
 	alive := seed("sbx_alive", api.StateRunning, true)
@@ -66,7 +66,10 @@ func TestStartReconciles(t *testing.T) {
 
 	e.start()
 
-	want := map[string]struct{ state, reason string }{
+	want := map[string]struct {
+		state  api.SandboxState
+		reason string
+	}{
 		alive.ID:      {api.StateRunning, ""},
 		gone.ID:       {api.StateError, "sandbox processes were lost while the daemon was down"},
 		mute.ID:       {api.StateError, "sandbox agent stopped answering while the daemon was down"},

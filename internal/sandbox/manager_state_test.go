@@ -44,7 +44,7 @@ func suspendedSandbox(t *testing.T, e *testEnv) string {
 
 // nodeLost seeds a row of node b in state, and reports node b lost to the
 // Manager of node a.
-func nodeLost(state string) transitionCase {
+func nodeLost(state api.SandboxState) transitionCase {
 	return transitionCase{opts: envOpts{node: "a"}, drive: func(t *testing.T, e *testEnv) string {
 		sb := e.seed(&store.Sandbox{ID: "sbx_of_b", State: state, Node: "b"}, false)
 		if lost, _, err := e.m.NodeLost(e.ctx, "b", time.Now(), false); err != nil || lost != 1 {
@@ -57,9 +57,9 @@ func nodeLost(state string) transitionCase {
 // leftBehind seeds a record a crashed daemon left in state (no processes,
 // no create or suspend under way) and deletes it before Start reconciles
 // it: the delete ends it from that state directly.
-func leftBehind(state string) transitionCase {
+func leftBehind(state api.SandboxState) transitionCase {
 	return transitionCase{drive: func(t *testing.T, e *testEnv) string {
-		sb := e.seed(&store.Sandbox{ID: "sbx_left_" + state, State: state}, false)
+		sb := e.seed(&store.Sandbox{ID: "sbx_left_" + string(state), State: state}, false)
 		v, err := e.m.Delete(e.ctx, sb.ID)
 		if err != nil || v.State != api.StateTerminated {
 			t.Fatalf("delete: %+v, %v", v, err)
@@ -211,14 +211,14 @@ func TestEveryLegalTransition(t *testing.T) {
 	cases := transitionCases()
 	for from, tos := range transitions {
 		for _, to := range tos {
-			if _, ok := cases[from+">"+to]; !ok {
+			if _, ok := cases[string(from+">"+to)]; !ok {
 				t.Errorf("no test drives %s -> %s", from, to)
 			}
 		}
 	}
 	for key, c := range cases {
 		from, to, _ := strings.Cut(key, ">")
-		if err := checkTransition("x", from, to); err != nil {
+		if err := checkTransition("x", api.SandboxState(from), api.SandboxState(to)); err != nil {
 			t.Errorf("case %s is not in the transitions table: %v", key, err)
 			continue
 		}
@@ -236,7 +236,7 @@ func TestEveryLegalTransition(t *testing.T) {
 // Every change the table does not list is refused, as failed_precondition.
 func TestIllegalTransitionsRefused(t *testing.T) {
 	t.Parallel()
-	states := []string{api.StateCreating, api.StateRunning, api.StateSuspending, api.StateSuspended, api.StateResuming,
+	states := []api.SandboxState{api.StateCreating, api.StateRunning, api.StateSuspending, api.StateSuspended, api.StateResuming,
 		api.StateError, api.StateLost, api.StateTerminated}
 	for _, from := range states {
 		for _, to := range states {
@@ -247,7 +247,7 @@ func TestIllegalTransitionsRefused(t *testing.T) {
 				}
 				continue
 			}
-			if !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), from) {
+			if !errors.Is(err, errdefs.ErrFailedPrecondition) || !strings.Contains(err.Error(), string(from)) {
 				t.Errorf("%s -> %s: %v; want failed_precondition naming the state", from, to, err)
 			}
 		}

@@ -102,18 +102,18 @@ func (c *usageCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descPool, prometheus.GaugeValue, float64(ready))
 	if all, err := m.store.List(context.Background(), store.ListFilter{Node: m.node}); err == nil {
-		counts := map[string]int{}
+		counts := map[api.SandboxState]int{}
 		for _, sb := range all {
 			if sb.State == api.StateTerminated {
 				continue
 			}
 			counts[sb.State]++
 			running, suspended := m.stateTimes(sb)
-			ch <- prometheus.MustNewConstMetric(descTime, prometheus.CounterValue, running, sb.ID, sb.Name, api.StateRunning)
-			ch <- prometheus.MustNewConstMetric(descTime, prometheus.CounterValue, suspended, sb.ID, sb.Name, api.StateSuspended)
+			ch <- prometheus.MustNewConstMetric(descTime, prometheus.CounterValue, running, sb.ID, sb.Name, string(api.StateRunning))
+			ch <- prometheus.MustNewConstMetric(descTime, prometheus.CounterValue, suspended, sb.ID, sb.Name, string(api.StateSuspended))
 		}
-		for _, st := range []string{api.StateCreating, api.StateRunning, api.StateSuspending, api.StateSuspended, api.StateResuming, api.StateError} {
-			ch <- prometheus.MustNewConstMetric(descStates, prometheus.GaugeValue, float64(counts[st]), st)
+		for _, st := range []api.SandboxState{api.StateCreating, api.StateRunning, api.StateSuspending, api.StateSuspended, api.StateResuming, api.StateError} {
+			ch <- prometheus.MustNewConstMetric(descStates, prometheus.GaugeValue, float64(counts[st]), string(st))
 		}
 	}
 	for _, l := range ls {

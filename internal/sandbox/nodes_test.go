@@ -77,7 +77,7 @@ func TestNodeLost(t *testing.T) {
 		} else if r.State != api.StateLost || r.Node != "a" || !strings.Contains(r.StateReason, "2026-12-02T06:00:00Z") {
 			t.Fatalf("report policy: %+v", r)
 		}
-		for id, want := range map[string]string{"run": api.StateLost, "creating": api.StateLost, "susp": api.StateSuspended,
+		for id, want := range map[string]api.SandboxState{"run": api.StateLost, "creating": api.StateLost, "susp": api.StateSuspended,
 			"other": api.StateRunning, "mine": api.StateRunning, "legacy": api.StateRunning} {
 			if got := rowOf(t, st, id).State; got != want {
 				t.Errorf("resume=%v: %s is %s, want %s", resume, id, got, want)

@@ -166,7 +166,7 @@ func (m *Manager) imageBytes(ctx context.Context, t string) (int64, error) {
 }
 
 // over is the QuotaError when use+asked passes limit (nil: unlimited).
-func over[T int64 | float64](name string, use, asked T, limit *T) error {
+func over[T int64 | float64](name api.QuotaName, use, asked T, limit *T) error {
 	if limit == nil || use+asked <= *limit {
 		return nil
 	}

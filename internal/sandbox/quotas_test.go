@@ -23,7 +23,7 @@ func (f fixedQuotas) Quotas(_ context.Context, t string) (api.Quotas, error) { r
 func i64p(v int64) *int64     { return &v }
 func f64p(v float64) *float64 { return &v }
 
-func wantQuota(t *testing.T, what string, err error, quota string, use, requested, limit float64) {
+func wantQuota(t *testing.T, what string, err error, quota api.QuotaName, use, requested, limit float64) {
 	t.Helper()
 	var qe *QuotaError
 	if !errors.As(err, &qe) || !errors.Is(err, errdefs.ErrResourceExhausted) {

@@ -57,7 +57,7 @@ func (m *Manager) Checkpoint(ctx context.Context, ref string, req *api.Checkpoin
 	if typ == "" {
 		typ = api.SnapshotFilesystem
 	}
-	if typ != api.SnapshotFilesystem && typ != api.SnapshotMemory {
+	if !typ.Valid() {
 		return nil, errdefs.InvalidArgument("type: %q is not filesystem or memory", req.Type)
 	}
 	if len(req.Name) > 128 {
@@ -115,7 +115,7 @@ func (m *Manager) Checkpoint(ctx context.Context, ref string, req *api.Checkpoin
 	default:
 		return nil, errdefs.FailedPrecondition("sandbox %s is %s; only a running or suspended sandbox can be checkpointed", sb.ID, sb.State)
 	}
-	m.metrics.snapshots.WithLabelValues(typ).Inc()
+	m.metrics.snapshots.WithLabelValues(string(typ)).Inc()
 	id := newID("snap_")
 	p, err := m.snaps.Begin(id)
 	if err != nil {
@@ -170,12 +170,12 @@ func (m *Manager) recordSnapshot(ctx context.Context, rec *store.Snapshot) error
 // suspend image: a memory snapshot shares the image's files (hard links,
 // so it costs no copy and no pause), a filesystem snapshot its writable
 // layer. The image is verified first, so a corrupt one is not blessed.
-func (m *Manager) checkpointSuspended(ctx context.Context, sb *store.Sandbox, typ, name string) (*api.Snapshot, error) {
+func (m *Manager) checkpointSuspended(ctx context.Context, sb *store.Sandbox, typ api.SnapshotType, name string) (*api.Snapshot, error) {
 	src, err := m.store.GetSnapshot(ctx, sb.SuspendImage)
 	if err != nil {
 		return nil, fmt.Errorf("suspend image of %s: %w", sb.ID, err)
 	}
-	m.metrics.snapshots.WithLabelValues(typ).Inc()
+	m.metrics.snapshots.WithLabelValues(string(typ)).Inc()
 	keep := func(string) bool { return true }
 	if typ == api.SnapshotFilesystem {
 		keep = func(rel string) bool { return rel == fsArchive }

@@ -14,7 +14,7 @@ import (
 // from any state that holds processes when their node stops answering
 // (Manager.NodeLost; with --on-node-lost=resume one with a suspend image
 // becomes suspended instead). terminated is final.
-var transitions = map[string][]string{
+var transitions = map[api.SandboxState][]api.SandboxState{
 	api.StateCreating:   {api.StateRunning, api.StateError, api.StateTerminated, api.StateLost},
 	api.StateRunning:    {api.StateSuspending, api.StateTerminated, api.StateError, api.StateLost},
 	api.StateSuspending: {api.StateSuspended, api.StateRunning, api.StateError, api.StateTerminated, api.StateLost},
@@ -26,7 +26,7 @@ var transitions = map[string][]string{
 }
 
 // checkTransition returns a failed-precondition error for an illegal change.
-func checkTransition(id, from, to string) error {
+func checkTransition(id string, from, to api.SandboxState) error {
 	for _, s := range transitions[from] {
 		if s == to {
 			return nil
@@ -36,6 +36,6 @@ func checkTransition(id, from, to string) error {
 }
 
 // IsLive reports whether a sandbox in state holds (or may hold) host resources.
-func IsLive(state string) bool {
+func IsLive(state api.SandboxState) bool {
 	return state != api.StateTerminated
 }

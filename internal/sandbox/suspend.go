@@ -29,8 +29,10 @@ import (
 // reasonIdle is the reason of suspends (and terminations) by the reaper.
 const reasonIdle = "idle timeout"
 
-// snapshotSuspend marks a suspend image among the snapshots.
-const snapshotSuspend = "suspend"
+// snapshotSuspend marks a suspend image among the snapshots: a type of the
+// store's records only, never one the API shows (api.SnapshotType.Valid is
+// false for it).
+const snapshotSuspend api.SnapshotType = "suspend"
 
 // Suspend saves a running sandbox to disk and frees its CPU and memory.
 // Every way out of it, a panic or a delete's cancellation included, leaves
@@ -193,7 +195,7 @@ func (m *Manager) dropSnapshot(ctx context.Context, id string) {
 
 // setState records a state change (through the state machine) with an
 // optional extra mutation.
-func (m *Manager) setState(ctx context.Context, id, to, reason string, fn func(*store.Sandbox)) (*store.Sandbox, error) {
+func (m *Manager) setState(ctx context.Context, id string, to api.SandboxState, reason string, fn func(*store.Sandbox)) (*store.Sandbox, error) {
 	return m.store.Update(ctx, id, func(s *store.Sandbox) error {
 		if err := checkTransition(s.ID, s.State, to); err != nil {
 			return err

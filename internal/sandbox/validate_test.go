@@ -47,7 +47,7 @@ func TestTransitions(t *testing.T) {
 	if err := checkTransition("x", api.StateCreating, api.StateRunning); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range [][2]string{{api.StateTerminated, api.StateRunning}, {api.StateRunning, api.StateResuming}, {api.StateError, api.StateRunning}} {
+	for _, c := range [][2]api.SandboxState{{api.StateTerminated, api.StateRunning}, {api.StateRunning, api.StateResuming}, {api.StateError, api.StateRunning}} {
 		if err := checkTransition("x", c[0], c[1]); !errors.Is(err, errdefs.ErrFailedPrecondition) {
 			t.Errorf("%s -> %s: %v, want failed precondition", c[0], c[1], err)
 		}

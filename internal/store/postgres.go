@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/forkbox/forkbox/api"
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/tenant"
 	"github.com/jackc/pgx/v5"
@@ -325,7 +326,7 @@ func (p *Postgres) Create(ctx context.Context, sb *Sandbox) error {
 	})
 }
 
-func pgInsertEvent(ctx context.Context, tx pgx.Tx, id, from, to, reason string, at time.Time) error {
+func pgInsertEvent(ctx context.Context, tx pgx.Tx, id string, from, to api.SandboxState, reason string, at time.Time) error {
 	if _, err := tx.Exec(ctx, `INSERT INTO sandbox_events(sandbox_id, from_state, to_state, reason, at) VALUES ($1,$2,$3,$4,$5)`,
 		id, from, to, reason, at.UnixNano()); err != nil {
 		return fmt.Errorf("insert event: %w", err)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/forkbox/forkbox/api"
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/tenant"
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
@@ -392,7 +393,7 @@ func (s *SQLite) Create(ctx context.Context, sb *Sandbox) error {
 	return nil
 }
 
-func insertEvent(ctx context.Context, tx *sql.Tx, id, from, to, reason string, at time.Time) error {
+func insertEvent(ctx context.Context, tx *sql.Tx, id string, from, to api.SandboxState, reason string, at time.Time) error {
 	if _, err := tx.ExecContext(ctx, `INSERT INTO sandbox_events(sandbox_id, from_state, to_state, reason, at) VALUES (?,?,?,?,?)`,
 		id, from, to, reason, at.UnixNano()); err != nil {
 		return fmt.Errorf("insert event: %w", err)

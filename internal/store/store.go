@@ -38,7 +38,7 @@ type Sandbox struct {
 	// Tenant owns the sandbox (set by Create from the context).
 	Tenant      string
 	Name        string // "" for ephemeral sandboxes
-	State       string // one of api.State*
+	State       api.SandboxState
 	StateReason string
 	Image       string
 	SnapshotID  string
@@ -114,7 +114,7 @@ type PortAccess struct {
 type Event struct {
 	ID        int64
 	SandboxID string
-	From, To  string
+	From, To  api.SandboxState
 	Reason    string
 	At        time.Time
 }
@@ -124,7 +124,7 @@ type ListFilter struct {
 	// Tenant narrows to one tenant (for the daemon's own work; a request's
 	// context narrows by itself).
 	Tenant string
-	State  string
+	State  api.SandboxState
 	Name   string
 	Labels map[string]string
 	// Node narrows to the sandboxes of one node; rows with Node "" match
@@ -136,10 +136,12 @@ type ListFilter struct {
 // store (internal/snapshot); the record is written only after they are
 // committed there, so a record always points at a complete snapshot.
 type Snapshot struct {
-	ID        string
-	Tenant    string
-	Name      string
-	Type      string // "filesystem" or "memory"
+	ID     string
+	Tenant string
+	Name   string
+	// Type is filesystem or memory, or the type package sandbox marks
+	// its suspend images with (not one of the API's).
+	Type      api.SnapshotType
 	SandboxID string // the sandbox it was taken from
 	ParentID  string // the snapshot that sandbox was restored from, if any
 	Image     string
@@ -254,7 +256,7 @@ type Key struct {
 	ID        string
 	Hash      string // hex SHA-256 of the secret
 	Tenant    string
-	Role      string
+	Role      api.Role
 	Name      string
 	CreatedAt time.Time
 	ExpiresAt *time.Time
@@ -397,7 +399,7 @@ type Cell struct {
 	// Seq numbers a sandbox's cells from 1; AppendCells assigns it.
 	Seq int
 	// Source is who ran it: "user" (the API) or "model" (the chat's model).
-	Source   string
+	Source   api.CellSource
 	Language string
 	Code     string
 	// Execution is the api.Execution as JSON; the store does not interpret it.

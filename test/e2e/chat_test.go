@@ -8,6 +8,7 @@ import (
 	"math"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -188,7 +189,7 @@ func TestChatAnalyst(t *testing.T) {
 	if up.Rows != 180 || strings.Join(up.Columns, ",") != "date,product,region,units_sold,revenue,cost" {
 		t.Fatalf("upload: %+v", up)
 	}
-	var kinds []string
+	var kinds []api.ChatEventType
 	var text strings.Builder
 	res, err := d.c.ChatStream(ctx, api.ChatRequest{Question: "What is the profit by region? Plot monthly revenue.", FileIDs: []string{up.ID}},
 		func(ev api.ChatEvent) {
@@ -231,8 +232,8 @@ func TestChatAnalyst(t *testing.T) {
 			t.Fatalf("profit output %q lacks %s %.2f", stdout, r, profit[r])
 		}
 	}
-	for _, want := range []string{"conversation", "text", "tool_call", "execution", "answer"} {
-		if !contains(kinds, want) {
+	for _, want := range []api.ChatEventType{api.ChatEventConversation, api.ChatEventText, api.ChatEventToolCall, api.ChatEventExecution, api.ChatEventAnswer} {
+		if !slices.Contains(kinds, want) {
 			t.Fatalf("stream lacks %q events: %v", want, kinds)
 		}
 	}

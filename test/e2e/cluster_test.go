@@ -61,7 +61,7 @@ func startUntilCleanup(t *testing.T, d *daemon) *daemon {
 }
 
 // waitNodes waits until d lists want's nodes in their states.
-func waitNodes(t *testing.T, d *daemon, want map[string]string) {
+func waitNodes(t *testing.T, d *daemon, want map[string]api.NodeState) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	var last []api.Node
@@ -124,7 +124,7 @@ func TestCluster(t *testing.T) {
 	a := clusterNode(t, tn, 0, dir, dsn, blobs)
 	b := clusterNode(t, tn, 1, dir, dsn, blobs)
 	c := clusterNode(t, tn, 2, dir, dsn, blobs)
-	waitNodes(t, c, map[string]string{"a": api.NodeUp, "b": api.NodeUp, "c": api.NodeUp})
+	waitNodes(t, c, map[string]api.NodeState{"a": api.NodeUp, "b": api.NodeUp, "c": api.NodeUp})
 	ctx := ctxT(t)
 	out, err := exec.Command(binary, "nodes", "--url", "http://"+c.addr, "--api-key", clusterKey).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "c *") || strings.Count(string(out), " up ") != 3 {
@@ -174,7 +174,7 @@ func TestCluster(t *testing.T) {
 	if err := os.Rename(a.dataDir, a.dataDir+".gone"); err != nil {
 		t.Fatal(err)
 	}
-	waitNodes(t, c, map[string]string{"a": api.NodeDown, "b": api.NodeUp, "c": api.NodeUp})
+	waitNodes(t, c, map[string]api.NodeState{"a": api.NodeDown, "b": api.NodeUp, "c": api.NodeUp})
 
 	// A call through C resumes it on C, variables and files intact.
 	if got := runPy(t, c, "sess", "x"); got != "21" {
@@ -206,7 +206,7 @@ func TestCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	a = clusterNode(t, tn, 0, dir, dsn, blobs)
-	waitNodes(t, c, map[string]string{"a": api.NodeUp})
+	waitNodes(t, c, map[string]api.NodeState{"a": api.NodeUp})
 	if sb, err := a.c.GetSandbox(ctx, doomed.ID); err != nil || sb.State != api.StateLost {
 		t.Fatalf("the lost sandbox after its node came back: %+v, %v", sb, err)
 	}
@@ -475,7 +475,7 @@ except OSError as e:
 		// down and report its sandbox lost meanwhile; b, back, finds it
 		// alive and runs it again.
 		b2.stop()
-		waitNodes(t, c, map[string]string{"b": api.NodeDown})
+		waitNodes(t, c, map[string]api.NodeState{"b": api.NodeDown})
 		deadline := time.Now().Add(30 * time.Second)
 		for {
 			sb, err := c.c.GetSandbox(ctx, keep.ID)

@@ -91,8 +91,8 @@ func TestCrashDuringSuspendAndResume(t *testing.T) {
 	d, restartWith := crashyDaemon(t)
 	for _, tc := range []struct {
 		point string
-		op    string // suspend or resume; a resume is of a suspended sandbox
-		want  string // the state after the restart
+		op    string           // suspend or resume; a resume is of a suspended sandbox
+		want  api.SandboxState // the state after the restart
 		// newImages is how many suspend images the sandbox has after the
 		// restart that it did not have before the crashed call.
 		newImages int

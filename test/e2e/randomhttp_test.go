@@ -2368,7 +2368,7 @@ func rhAfter(t *testing.T, d *daemon, st *rhState) {
 		}
 		time.Sleep(time.Second)
 	}
-	for _, state := range []string{api.StateTerminated, api.StateError} {
+	for _, state := range []api.SandboxState{api.StateTerminated, api.StateError} {
 		if list, err := c.ListSandboxes(ctx, client.ListOptions{State: state}); err == nil {
 			for _, sb := range list.Sandboxes {
 				all[sb.ID] = true

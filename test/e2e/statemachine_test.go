@@ -245,7 +245,7 @@ func smOps() []smOp {
 
 // check asserts a defined answer: 2xx, or 4xx with a message; no 5xx, no
 // dropped connection, within the bound.
-func (e *smEnv) check(state, op string, r smResult) {
+func (e *smEnv) check(state api.SandboxState, op string, r smResult) {
 	e.t.Helper()
 	switch {
 	case r.skip != "":
@@ -298,17 +298,17 @@ func (e *smEnv) holdFile(point, ref string) func() {
 	return func() { os.Remove(f) }
 }
 
-func (e *smEnv) state(id string) string {
+func (e *smEnv) state(id string) api.SandboxState {
 	sb, err := e.d.c.GetSandbox(ctxT(e.t), id)
 	if err != nil {
-		return "unknown: " + err.Error()
+		return api.SandboxState("unknown: " + err.Error())
 	}
 	return sb.State
 }
 
 // ensure puts the (stable-state) subject back into want after an operation
 // moved it, or says it cannot (then the caller makes a new subject).
-func (e *smEnv) ensure(s *smSubject, want string) bool {
+func (e *smEnv) ensure(s *smSubject, want api.SandboxState) bool {
 	e.t.Helper()
 	ctx := ctxT(e.t)
 	for i := 0; i < 3; i++ {
@@ -347,7 +347,7 @@ func (e *smEnv) cleanup(keep ...string) {
 
 // deleteWithin deletes a sandbox and asserts the delete answers 2xx within
 // the bound and leaves nothing behind.
-func (e *smEnv) deleteWithin(id, state string) {
+func (e *smEnv) deleteWithin(id string, state api.SandboxState) {
 	e.t.Helper()
 	r := e.json("DELETE", "/v1/sandboxes/"+id, nil)
 	if r.err != nil || r.status != 200 {
@@ -385,7 +385,7 @@ func TestStateMachine(t *testing.T) {
 	// Stable states: each operation meets the subject in the state (it is
 	// put back after an operation that moved it), one after another.
 	stable := []struct {
-		state string
+		state api.SandboxState
 		make  func(s *smSubject)
 	}{
 		{api.StateRunning, func(s *smSubject) {}},
@@ -407,7 +407,7 @@ func TestStateMachine(t *testing.T) {
 		}},
 	}
 	for _, st := range stable {
-		t.Run(st.state, func(t *testing.T) {
+		t.Run(string(st.state), func(t *testing.T) {
 			e.t = t
 			s := e.newSubject()
 			st.make(s)
@@ -430,7 +430,7 @@ func TestStateMachine(t *testing.T) {
 	// lock-wait ceiling and answer busy), then a DELETE must win over the
 	// held operation, and the held call itself must answer.
 	transient := []struct {
-		state string
+		state api.SandboxState
 		point string
 		start func(s *smSubject) (ref string, call func() smResult)
 	}{
@@ -455,7 +455,7 @@ func TestStateMachine(t *testing.T) {
 		}},
 	}
 	for _, tr := range transient {
-		t.Run(tr.state+"@"+tr.point, func(t *testing.T) {
+		t.Run(string(tr.state)+"@"+tr.point, func(t *testing.T) {
 			e.t = t
 			waitPoolReady(t, d, "smpool", 1) // no refill is under way
 			s := &smSubject{}

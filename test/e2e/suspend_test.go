@@ -10,7 +10,7 @@ import (
 	"github.com/forkbox/forkbox/api"
 )
 
-func waitState(t *testing.T, d *daemon, id, want string, within time.Duration) *api.Sandbox {
+func waitState(t *testing.T, d *daemon, id string, want api.SandboxState, within time.Duration) *api.Sandbox {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {

@@ -360,9 +360,10 @@ type box struct {
 
 // snap is a snapshot and what a sandbox restored from it must hold.
 type snap struct {
-	id, typ string
-	n       int // the counter (memory snapshots; a filesystem one starts a new kernel)
-	files   map[string][32]byte
+	id    string
+	typ   api.SnapshotType
+	n     int // the counter (memory snapshots; a filesystem one starts a new kernel)
+	files map[string][32]byte
 }
 
 func (s *soak) newWorker(id int, seed uint64) *worker {
@@ -514,7 +515,7 @@ func (w *worker) createAny() {
 	}
 }
 
-func (w *worker) snapOf(typ string) *snap {
+func (w *worker) snapOf(typ api.SnapshotType) *snap {
 	var out []*snap
 	for _, sn := range w.snaps {
 		if sn.typ == typ {
@@ -644,8 +645,8 @@ func (w *worker) files(b *box) {
 	}
 }
 
-func (w *worker) checkpoint(b *box, typ string) {
-	err := w.op("checkpoint_"+typ, b, func(ctx context.Context) error {
+func (w *worker) checkpoint(b *box, typ api.SnapshotType) {
+	err := w.op("checkpoint_"+string(typ), b, func(ctx context.Context) error {
 		sn, err := w.c().Checkpoint(ctx, b.id, api.CheckpointRequest{Type: typ})
 		if err != nil {
 			return err
@@ -669,7 +670,7 @@ func (w *worker) checkpoint(b *box, typ string) {
 // for a memory snapshot the counter it had (a filesystem one starts a new
 // kernel, so the counter starts again).
 func (w *worker) restore(sn *snap) {
-	b := w.create("create_from_"+sn.typ, api.CreateSandboxRequest{SnapshotID: sn.id})
+	b := w.create("create_from_"+string(sn.typ), api.CreateSandboxRequest{SnapshotID: sn.id})
 	if b == nil {
 		return
 	}
@@ -759,7 +760,7 @@ func (w *worker) suspend(b *box) bool {
 	return err == nil
 }
 
-func (w *worker) expectState(b *box, state string) {
+func (w *worker) expectState(b *box, state api.SandboxState) {
 	err := w.op("get", b, func(ctx context.Context) error {
 		sb, err := w.c().GetSandbox(ctx, b.id)
 		if err != nil {

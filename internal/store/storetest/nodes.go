@@ -206,7 +206,10 @@ func testNodeRoundTrip(t *testing.T, s store.Store) {
 // ListFilter.Node lists one node's sandboxes and those of no node.
 func testListNode(t *testing.T, s store.Store) {
 	ctx := context.Background()
-	for i, c := range []struct{ id, node, state string }{
+	for i, c := range []struct {
+		id, node string
+		state    api.SandboxState
+	}{
 		{"a1", "node-a", api.StateRunning},
 		{"b1", "node-b", api.StateRunning},
 		{"old", "", api.StateRunning},

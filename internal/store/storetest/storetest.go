@@ -92,7 +92,7 @@ var base = time.Date(2025, 6, 7, 8, 9, 10, 123456789, time.UTC)
 // used by a test share their sub-second part).
 func at(n int) time.Time { return base.Add(time.Duration(n)*time.Second + time.Duration(n)) }
 
-func newSandbox(id, name, state string, created time.Time) *store.Sandbox {
+func newSandbox(id, name string, state api.SandboxState, created time.Time) *store.Sandbox {
 	return &store.Sandbox{
 		ID:          id,
 		Tenant:      api.DefaultTenant,
@@ -450,7 +450,7 @@ func testGetNotFound(t *testing.T, s store.Store) {
 
 func testList(t *testing.T, s store.Store) {
 	ctx := context.Background()
-	mk := func(id, name, state string, n int, labels map[string]string) {
+	mk := func(id, name string, state api.SandboxState, n int, labels map[string]string) {
 		sb := newSandbox(id, name, state, at(n))
 		sb.Spec.Labels = labels
 		mustCreate(t, s, sb)
@@ -787,7 +787,10 @@ func testTouch(t *testing.T, s store.Store) {
 func testEventsOrder(t *testing.T, s store.Store) {
 	mustCreate(t, s, newSandbox("sb-1", "alpha", api.StateCreating, at(1)))
 	mustCreate(t, s, newSandbox("sb-2", "beta", api.StateCreating, at(2)))
-	steps := []struct{ to, reason string }{
+	steps := []struct {
+		to     api.SandboxState
+		reason string
+	}{
 		{api.StateRunning, "started"},
 		{api.StateSuspending, "idle"},
 		{api.StateSuspended, "snapshotted"},
@@ -890,7 +893,7 @@ func testConcurrentUpdates(t *testing.T, s store.Store) {
 	}
 
 	// Concurrent state changes each leave exactly one event, and they chain.
-	states := []string{api.StateSuspended, api.StateRunning}
+	states := []api.SandboxState{api.StateSuspended, api.StateRunning}
 	var wg2 sync.WaitGroup
 	for range workers {
 		wg2.Add(1)
