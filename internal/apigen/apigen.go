@@ -5,10 +5,11 @@
 //
 // What can be derived is: the schemas' shapes come from the Go types of
 // package api by reflection (JSON names; a field without omitempty is
-// required; a pointer without omitempty may be null; enums from the const
-// blocks of package api; descriptions from doc comments), and the paths
-// from the routes that routes() of internal/httpapi/server.go registers.
-// The rest is written by hand in openapi.in.json: per-route operations
+// required; a pointer without omitempty may be null; a field of a string
+// type of package api is an enum of that type's constants, so a state or a
+// kind is listed once, in Go; descriptions from doc comments), and the
+// paths from the routes that routes() of internal/httpapi/server.go
+// registers. The rest is written by hand in openapi.in.json: per-route operations
 // (summaries, request and response bodies, statuses), the constraints and
 // descriptions of schemas and their fields, and the shared parts of the
 // document. A value the overlay gives for something derived is an error,
@@ -127,22 +128,8 @@ var schemas = []struct {
 	{"NodeList", reflect.TypeFor[api.NodeList]()},
 }
 
-// enums ties a field ("Schema.json_name") to the const block of package
-// api that lists its values, by the name of one constant of the block.
-// Fields whose values are not one whole block keep their enum in the
-// overlay.
-var enums = map[string]string{
-	"Sandbox.state":          "StateCreating",
-	"Snapshot.type":          "SnapshotFilesystem",
-	"CheckpointRequest.type": "SnapshotFilesystem",
-	"Key.role":               "RoleAdmin",
-	"CreateKeyRequest.role":  "RoleAdmin",
-	"QuotaExceeded.quota":    "QuotaRunningSandboxes",
-	"Cell.source":            "CellUser",
-	"ImageReadiness.state":   "ImageBuilding",
-	"Node.state":             "NodeUp",
-	"BuildEvent.type":        "BuildEventStep",
-}
+// apiPkg is package api's import path.
+var apiPkg = reflect.TypeFor[api.Sandbox]().PkgPath()
 
 // Root returns the repository's root: the nearest directory at or above
 // the working directory that holds go.mod.
@@ -164,7 +151,7 @@ func Root() (string, error) {
 }
 
 // Generate returns the generated files by path from root, the
-// repository's root (whose api/ it reads for doc comments and const blocks,
+// repository's root (whose api/ it reads for doc comments and constants,
 // and whose router for the routes).
 func Generate(root string) (map[string][]byte, error) {
 	src, err := parseAPI(filepath.Join(root, "api"))
@@ -327,17 +314,7 @@ func (g *gen) structSchema(name string, t reflect.Type, over *object) (*object, 
 			return nil, fmt.Errorf("api.%s: embedded field %s is not supported", t.Name(), f.goName)
 		}
 		at := name + "." + f.name
-		var enum []any
-		if c, ok := enums[at]; ok {
-			values := g.src.blocks[c]
-			if len(values) == 0 {
-				return nil, fmt.Errorf("%s: api.%s is not a string constant of package api", at, c)
-			}
-			for _, v := range values {
-				enum = append(enum, v)
-			}
-		}
-		p, err := g.fieldSchema(f, overProps.obj(f.name), at, enum)
+		p, err := g.fieldSchema(f, overProps.obj(f.name), at)
 		if err != nil {
 			return nil, err
 		}
@@ -394,11 +371,11 @@ func jsonFields(t reflect.Type) []jsonField {
 
 // fieldSchema is the schema of one field: a pointer without omitempty is
 // sent as null when nil, so its schema also allows null.
-func (g *gen) fieldSchema(f jsonField, over *object, at string, enum []any) (*object, error) {
+func (g *gen) fieldSchema(f jsonField, over *object, at string) (*object, error) {
 	if f.typ.Kind() != reflect.Pointer || f.omitempty {
-		return g.schemaOf(f.typ, over, at, enum)
+		return g.schemaOf(f.typ, over, at)
 	}
-	base, err := g.schemaOf(f.typ.Elem(), nil, at, enum)
+	base, err := g.schemaOf(f.typ.Elem(), nil, at)
 	if err != nil {
 		return nil, err
 	}
@@ -411,8 +388,8 @@ var timeType = reflect.TypeFor[time.Time]()
 // schemaOf is the schema of Go type t with what the overlay adds to it;
 // nested schemas (items, additionalProperties) take the overlay's nested
 // objects. A free-form map[string]any takes the overlay's $ref instead of
-// its own type.
-func (g *gen) schemaOf(t reflect.Type, over *object, at string, enum []any) (*object, error) {
+// its own type. A string type of package api is an enum of its constants.
+func (g *gen) schemaOf(t reflect.Type, over *object, at string) (*object, error) {
 	out := newObject()
 	nested := map[string]bool{}
 	switch {
@@ -420,7 +397,7 @@ func (g *gen) schemaOf(t reflect.Type, over *object, at string, enum []any) (*ob
 		out.set("type", "string")
 		out.set("format", "date-time")
 	case t.Kind() == reflect.Pointer:
-		return g.schemaOf(t.Elem(), over, at, enum)
+		return g.schemaOf(t.Elem(), over, at)
 	case t.Kind() == reflect.Struct:
 		name, ok := g.names[t]
 		if !ok {
@@ -429,6 +406,17 @@ func (g *gen) schemaOf(t reflect.Type, over *object, at string, enum []any) (*ob
 		out.set("$ref", "#/components/schemas/"+name)
 	case t.Kind() == reflect.String:
 		out.set("type", "string")
+		if t.PkgPath() != "" && t.PkgPath() == g.src.pkg {
+			values := g.src.enums[t.Name()]
+			if len(values) == 0 {
+				return nil, fmt.Errorf("%s: Go type %s has no constants to make its enum", at, t)
+			}
+			enum := make([]any, len(values))
+			for i, v := range values {
+				enum[i] = v
+			}
+			out.set("enum", enum)
+		}
 	case t.Kind() == reflect.Bool:
 		out.set("type", "boolean")
 	case t.Kind() == reflect.Int64 || t.Kind() == reflect.Uint64:
@@ -439,7 +427,7 @@ func (g *gen) schemaOf(t reflect.Type, over *object, at string, enum []any) (*ob
 	case t.Kind() == reflect.Float32 || t.Kind() == reflect.Float64:
 		out.set("type", "number")
 	case t.Kind() == reflect.Slice:
-		items, err := g.schemaOf(t.Elem(), over.obj("items"), at+"[]", nil)
+		items, err := g.schemaOf(t.Elem(), over.obj("items"), at+"[]")
 		if err != nil {
 			return nil, err
 		}
@@ -451,7 +439,7 @@ func (g *gen) schemaOf(t reflect.Type, over *object, at string, enum []any) (*ob
 			out.set("type", "object")
 		}
 	case t.Kind() == reflect.Map && t.Key().Kind() == reflect.String:
-		values, err := g.schemaOf(t.Elem(), over.obj("additionalProperties"), at+"{}", nil)
+		values, err := g.schemaOf(t.Elem(), over.obj("additionalProperties"), at+"{}")
 		if err != nil {
 			return nil, err
 		}
@@ -462,9 +450,6 @@ func (g *gen) schemaOf(t reflect.Type, over *object, at string, enum []any) (*ob
 		// Any JSON value: the overlay may say more.
 	default:
 		return nil, fmt.Errorf("%s: no schema for Go type %s", at, t)
-	}
-	if enum != nil {
-		out.set("enum", enum)
 	}
 	return out, merge(out, over, nested, at)
 }

@@ -1,6 +1,8 @@
 package apigen
 
 import (
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -80,10 +82,18 @@ type testChild struct {
 	V string `json:"v"`
 }
 
+// testState stands for a string type of package api: its schema is an enum
+// of its constants.
+type testState string
+
+// testName is a string type without constants.
+type testName string
+
 type testWire struct {
 	ID       string            `json:"id"`
 	Name     string            `json:"name,omitempty"`
-	State    string            `json:"state"`
+	State    testState         `json:"state"`
+	States   []testState       `json:"states,omitempty"`
 	Size     int64             `json:"size"`
 	Count    int               `json:"count"`
 	Ratio    float64           `json:"ratio,omitempty"`
@@ -106,7 +116,8 @@ func testGen() *gen {
 			"testWire.Count": "Count counts, unlike Size.",
 			"testWire.State": "overridden by the overlay",
 		},
-		blocks: map[string][]string{"StateA": {"a", "b"}, "StateB": {"a", "b"}},
+		pkg:   reflect.TypeFor[testState]().PkgPath(),
+		enums: map[string][]string{"testState": {"a", "b"}, "otherState": {"c"}},
 	}
 	return &gen{src: src, names: map[reflect.Type]string{
 		reflect.TypeFor[testWire]():  "Wire",
@@ -115,8 +126,6 @@ func testGen() *gen {
 }
 
 func TestStructSchema(t *testing.T) {
-	enums["Wire.state"] = "StateB"
-	defer delete(enums, "Wire.state")
 	over := mustDecode(t, `{"additionalProperties": false, "properties": {
 		"state": {"description": "Its state."},
 		"tags": {"maxItems": 3, "items": {"pattern": "^[a-z]+$"}},
@@ -133,6 +142,7 @@ func TestStructSchema(t *testing.T) {
 		"id":{"type":"string"},
 		"name":{"type":"string"},
 		"state":{"type":"string","enum":["a","b"],"description":"Its state."},
+		"states":{"type":"array","items":{"type":"string","enum":["a","b"]}},
 		"size":{"type":"integer","format":"int64"},
 		"count":{"type":"integer","description":"count counts, unlike size."},
 		"ratio":{"type":"number"},
@@ -155,6 +165,7 @@ func TestOverlayCannotContradict(t *testing.T) {
 		`{"properties": {"tags": {"items": {"type": "integer"}}}}`,
 		`{"required": ["id"]}`,
 		`{"properties": {"nope": {"description": "no such field"}}}`,
+		`{"properties": {"state": {"enum": ["a", "b"]}}}`,
 	} {
 		if _, err := testGen().structSchema("Wire", reflect.TypeFor[testWire](), mustDecode(t, over)); err == nil {
 			t.Errorf("overlay %s was accepted", over)
@@ -164,6 +175,46 @@ func TestOverlayCannotContradict(t *testing.T) {
 	delete(g.names, reflect.TypeFor[testChild]())
 	if _, err := g.structSchema("Wire", reflect.TypeFor[testWire](), nil); err == nil {
 		t.Error("a struct field whose type is no schema was accepted")
+	}
+	type noEnum struct {
+		Name testName `json:"name"`
+	}
+	if _, err := testGen().structSchema("NoEnum", reflect.TypeFor[noEnum](), nil); err == nil {
+		t.Error("a string type of the package without constants was accepted")
+	}
+}
+
+func TestParseEnums(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, src string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("a.go", `package api
+type State string
+type Count int
+const (
+	StateA State = "a"
+	Untyped = "u"
+	StateB, StateC State = "b", "c"
+	Three Count = 3
+)
+const StateD State = "d"
+`)
+	write("a_test.go", "package api\nconst StateT State = \"t\"\n")
+	src, err := parseAPI(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]string{"State": {"a", "b", "c", "d"}}
+	if !reflect.DeepEqual(src.enums, want) {
+		t.Errorf("enums = %q, want %q", src.enums, want)
+	}
+	write("b.go", "package api\nconst StateE State = \"e\" + \"f\"\n")
+	if _, err := parseAPI(dir); err == nil {
+		t.Error("a constant of a string type whose value is no literal was accepted")
 	}
 }
 
@@ -214,7 +265,7 @@ func TestBuildPaths(t *testing.T) {
 }
 
 func TestEveryAPIStructIsASchema(t *testing.T) {
-	src := &source{docs: map[string]string{}, blocks: map[string][]string{}, structs: []string{"Sandbox", "NotInTheTable"}}
+	src := &source{docs: map[string]string{}, pkg: apiPkg, enums: map[string][]string{}, structs: []string{"Sandbox", "NotInTheTable"}}
 	_, err := openAPI(src, overlayJSON, nil)
 	if err == nil || !strings.Contains(err.Error(), "api.NotInTheTable") {
 		t.Errorf("a struct of package api missing from the table: err = %v", err)

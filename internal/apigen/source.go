@@ -14,14 +14,16 @@ import (
 )
 
 // source is what the generator reads from package api's Go files that
-// reflection cannot see: doc comments and const blocks.
+// reflection cannot see: doc comments and constants.
 type source struct {
 	// docs holds the doc comment of each type ("Sandbox") and struct field
 	// ("Sandbox.Name"), as one line.
 	docs map[string]string
-	// blocks holds the string constants of each const block, in source
-	// order, by the name of every constant in it.
-	blocks map[string][]string
+	// pkg is the package's import path: its named string types are enums.
+	pkg string
+	// enums holds the values of the string constants of each named type
+	// ("SandboxState"), in source order.
+	enums map[string][]string
 	// structs are the exported struct types.
 	structs []string
 }
@@ -33,7 +35,11 @@ func parseAPI(dir string) (*source, error) {
 		return nil, fmt.Errorf("read package api: %w", err)
 	}
 	fset := token.NewFileSet()
-	src := &source{docs: map[string]string{}, blocks: map[string][]string{}}
+	src := &source{docs: map[string]string{}, pkg: apiPkg, enums: map[string][]string{}}
+	var (
+		consts      []*ast.ValueSpec // of a named type
+		stringTypes = map[string]bool{}
+	)
 	for _, e := range entries {
 		name := e.Name()
 		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
@@ -50,41 +56,55 @@ func parseAPI(dir string) (*source, error) {
 			}
 			switch gd.Tok {
 			case token.CONST:
-				src.addConsts(gd)
+				for _, spec := range gd.Specs {
+					if vs := spec.(*ast.ValueSpec); vs.Type != nil {
+						consts = append(consts, vs)
+					}
+				}
 			case token.TYPE:
 				for _, spec := range gd.Specs {
-					src.addType(gd, spec.(*ast.TypeSpec))
+					ts := spec.(*ast.TypeSpec)
+					if id, ok := ts.Type.(*ast.Ident); ok && id.Name == "string" {
+						stringTypes[ts.Name.Name] = true
+					}
+					src.addType(gd, ts)
 				}
 			}
+		}
+	}
+	for _, vs := range consts {
+		if err := src.addEnumValues(fset, vs, stringTypes); err != nil {
+			return nil, err
 		}
 	}
 	sort.Strings(src.structs)
 	return src, nil
 }
 
-func (src *source) addConsts(gd *ast.GenDecl) {
-	var names, values []string
-	for _, spec := range gd.Specs {
-		vs := spec.(*ast.ValueSpec)
-		for i, n := range vs.Names {
-			if i >= len(vs.Values) {
-				continue
-			}
-			lit, ok := vs.Values[i].(*ast.BasicLit)
-			if !ok || lit.Kind != token.STRING {
-				continue
-			}
-			v, err := strconv.Unquote(lit.Value)
-			if err != nil {
-				continue
-			}
-			names = append(names, n.Name)
-			values = append(values, v)
+// addEnumValues records constants of a string type of the package
+// (StateRunning SandboxState = "running") as values of that type, in
+// source order; a constant of such a type whose value is not a string
+// literal is an error, as it would be left out of the type's enum.
+func (src *source) addEnumValues(fset *token.FileSet, vs *ast.ValueSpec, stringTypes map[string]bool) error {
+	typ, ok := vs.Type.(*ast.Ident)
+	if !ok || !stringTypes[typ.Name] {
+		return nil
+	}
+	for i, n := range vs.Names {
+		var lit *ast.BasicLit
+		if i < len(vs.Values) {
+			lit, _ = vs.Values[i].(*ast.BasicLit)
 		}
+		if lit == nil || lit.Kind != token.STRING {
+			return fmt.Errorf("%s: constant %s of type %s: write its value as a string literal", fset.Position(n.Pos()), n.Name, typ.Name)
+		}
+		v, err := strconv.Unquote(lit.Value)
+		if err != nil {
+			return fmt.Errorf("%s: constant %s: %w", fset.Position(n.Pos()), n.Name, err)
+		}
+		src.enums[typ.Name] = append(src.enums[typ.Name], v)
 	}
-	for _, n := range names {
-		src.blocks[n] = values
-	}
+	return nil
 }
 
 func (src *source) addType(gd *ast.GenDecl, ts *ast.TypeSpec) {
