@@ -26,6 +26,23 @@ const (
 	StateLost SandboxState = "lost"
 )
 
+// HoldsProcesses reports whether a sandbox in state s has processes on its
+// node, or is starting them: creating, running, suspending or resuming.
+// (docs/ARCHITECTURE.md calls a sandbox live in every state but terminated.)
+func (s SandboxState) HoldsProcesses() bool {
+	switch s {
+	case StateCreating, StateRunning, StateSuspending, StateResuming:
+		return true
+	}
+	return false
+}
+
+// Ended reports whether a sandbox in state s will not run again:
+// terminated, or error (which only a delete leaves).
+func (s SandboxState) Ended() bool {
+	return s == StateTerminated || s == StateError
+}
+
 // CreateSandboxRequest is the body of POST /v1/sandboxes. Pointer fields are
 // optional; the daemon fills defaults and validates ranges.
 type CreateSandboxRequest struct {

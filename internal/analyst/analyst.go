@@ -182,7 +182,7 @@ func (s *Service) dropSandbox(id string) {
 // use.
 func (s *Service) ensureSandbox(ctx context.Context, c *store.Conversation) (string, bool, error) {
 	sb, err := s.mgr.Get(ctx, c.SandboxID)
-	if err == nil && sb.State != api.StateTerminated && sb.State != api.StateError {
+	if err == nil && !sb.State.Ended() {
 		return sb.ID, false, nil
 	}
 	if err != nil && !errors.Is(err, errdefs.ErrNotFound) {

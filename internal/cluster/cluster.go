@@ -479,12 +479,12 @@ func (n *Node) RouteSandbox(w http.ResponseWriter, r *http.Request, ref string) 
 		hb = owner.HeartbeatAt
 	}
 	bg := context.WithoutCancel(ctx)
-	switch sb.State {
-	case api.StateSuspended:
+	switch {
+	case sb.State == api.StateSuspended:
 		if err := n.mgr.Adopt(bg, sb.ID, sb.Node); err != nil {
 			return false, err
 		}
-	case api.StateCreating, api.StateRunning, api.StateSuspending, api.StateResuming:
+	case sb.State.HoldsProcesses():
 		if _, _, err := n.mgr.NodeLost(bg, sb.Node, hb, n.cfg.OnLost == OnLostResume); err != nil {
 			return false, err
 		}

@@ -287,7 +287,7 @@ func (ct *control) live(ctx context.Context, id string) (*api.Sandbox, error) {
 		}
 		return nil, err
 	}
-	if sb.State == api.StateTerminated || sb.State == api.StateError {
+	if sb.State.Ended() {
 		return nil, &clientError{http.StatusNotFound, fmt.Sprintf("sandbox %q not found (it is %s)", id, sb.State)}
 	}
 	return sb, nil
@@ -433,7 +433,7 @@ func (ct *control) list(w http.ResponseWriter, r *http.Request) error {
 	out := []detailJSON{}
 	for i := range all {
 		sb := &all[i]
-		if sb.State == api.StateTerminated || sb.State == api.StateError {
+		if sb.State.Ended() {
 			continue
 		}
 		if len(want) > 0 && !want[e2bState(sb.State)] {

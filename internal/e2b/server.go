@@ -64,7 +64,7 @@ func (s *Server) ServeData(w http.ResponseWriter, r *http.Request) {
 			"message": "unknown sandbox or wrong access token: send the envdAccessToken of the create or connect answer as X-Access-Token"})
 		return
 	}
-	if state == api.StateTerminated || state == api.StateError {
+	if state.Ended() {
 		// The SDKs read 502 as "the sandbox timed out (is gone)".
 		writeJSON(w, http.StatusBadGateway, map[string]any{"code": http.StatusBadGateway, "message": "sandbox " + id + " is " + string(state)})
 		return

@@ -234,7 +234,7 @@ func (cc *channelConn) relayKernel(ctx context.Context) string {
 				switch {
 				case errors.Is(gerr, errdefs.ErrNotFound):
 					return "the kernel's sandbox is gone"
-				case gerr == nil && (sb.State == api.StateTerminated || sb.State == api.StateError || sb.State == api.StateLost):
+				case gerr == nil && (sb.State.Ended() || sb.State == api.StateLost):
 					return fmt.Sprintf("the kernel's sandbox is %s", sb.State)
 				}
 			} else {

@@ -372,11 +372,12 @@ func (r diskRoom) check(diskMB int64, from string) error {
 	return nil
 }
 
-// liveStates are the states whose sandboxes hold a disk or are about to. A
-// suspended sandbox holds none (its writable layer is in its suspend image,
-// which the free space already counts): a resume asks for its disk again
-// (admitResume), so that a host keeps many more suspended sessions than it
-// could run at once.
+// liveStates are the states whose sandboxes hold a disk or are about to
+// (those whose HoldsProcesses is true), each listed by its own query of the
+// store. A suspended sandbox holds none (its writable layer is in its
+// suspend image, which the free space already counts): a resume asks for
+// its disk again (admitResume), so that a host keeps many more suspended
+// sessions than it could run at once.
 var liveStates = []api.SandboxState{api.StateCreating, api.StateRunning, api.StateSuspending, api.StateResuming}
 
 // room measures the sandboxes' filesystem, counting the promises of the

@@ -210,7 +210,7 @@ func (m *Manager) imageInUse(ctx context.Context, key, verb string) error {
 	var users []string
 	others := 0
 	for _, sb := range sbs {
-		if sb.Image == key && sb.State != api.StateTerminated && sb.State != api.StateError {
+		if sb.Image == key && !sb.State.Ended() {
 			if sb.Tenant != me {
 				others++
 				continue

@@ -578,7 +578,7 @@ func (m *Manager) untrack(id string) *live {
 // setError records that a sandbox failed, and frees what it held.
 func (m *Manager) setError(ctx context.Context, id, reason string) {
 	sb, err := m.store.Update(ctx, id, func(s *store.Sandbox) error {
-		if s.State == api.StateTerminated || s.State == api.StateError {
+		if s.State.Ended() {
 			return errAlready
 		}
 		s.State, s.StateReason = api.StateError, reason

@@ -422,7 +422,7 @@ func TestFork(t *testing.T) {
 		t.Fatalf("failed fork: %v", err)
 	}
 	for _, name := range []string{"good", "bad"} {
-		if sb := e.row(name); sb.State != api.StateTerminated && sb.State != api.StateError {
+		if sb := e.row(name); !sb.State.Ended() {
 			t.Fatalf("branch %s of a failed fork: %s", name, sb.State)
 		}
 	}

@@ -109,7 +109,7 @@ func (m *Manager) setTimeout(ctx context.Context, sb *store.Sandbox, secs int64)
 	if secs < 1 || secs > maxTimeoutSecs {
 		return nil, rangeErr("timeout_secs", secs, 1, maxTimeoutSecs)
 	}
-	if sb.State == api.StateTerminated || sb.State == api.StateError {
+	if sb.State.Ended() {
 		return nil, notRunning(sb)
 	}
 	now := m.now().UTC()

@@ -127,9 +127,7 @@ func (m *Manager) NodeLost(ctx context.Context, node string, heartbeat time.Time
 		if sb.Node != node {
 			continue // a row without a node matches every filter
 		}
-		switch sb.State {
-		case api.StateCreating, api.StateRunning, api.StateSuspending, api.StateResuming:
-		default:
+		if !sb.State.HoldsProcesses() {
 			continue
 		}
 		var took bool
@@ -138,9 +136,7 @@ func (m *Manager) NodeLost(ctx context.Context, node string, heartbeat time.Time
 			if s.Node != node {
 				return errNotAdopted
 			}
-			switch s.State {
-			case api.StateCreating, api.StateRunning, api.StateSuspending, api.StateResuming:
-			default:
+			if !s.State.HoldsProcesses() {
 				return errNotAdopted
 			}
 			if resume && s.SuspendImage != "" && s.State != api.StateCreating {

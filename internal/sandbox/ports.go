@@ -112,7 +112,7 @@ func (m *Manager) updatePort(ctx context.Context, ref string, port int, change f
 	if err != nil {
 		return nil, err
 	}
-	if sb.State == api.StateTerminated || sb.State == api.StateError {
+	if sb.State.Ended() {
 		return nil, notRunning(sb)
 	}
 	var out store.PortAccess

@@ -3,7 +3,6 @@ package sandbox
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 
 	"github.com/forkbox/forkbox/api"
@@ -215,7 +214,7 @@ func (m *Manager) checkRunning(ctx context.Context, t, id string, q api.Quotas, 
 		}
 		// A start under way may already be in the store (creating): count
 		// it once.
-		if sb, err := m.store.Get(tenant.Unscoped(ctx), pid); err == nil && sb.Tenant == t && slices.Contains(liveStates, sb.State) {
+		if sb, err := m.store.Get(tenant.Unscoped(ctx), pid); err == nil && sb.Tenant == t && sb.State.HoldsProcesses() {
 			continue
 		}
 		u.RunningSandboxes++

@@ -34,8 +34,3 @@ func checkTransition(id string, from, to api.SandboxState) error {
 	}
 	return errdefs.FailedPrecondition("sandbox %s is %s and cannot become %s", id, from, to)
 }
-
-// IsLive reports whether a sandbox in state holds (or may hold) host resources.
-func IsLive(state api.SandboxState) bool {
-	return state != api.StateTerminated
-}

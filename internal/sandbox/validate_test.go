@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -50,6 +51,17 @@ func TestTransitions(t *testing.T) {
 	for _, c := range [][2]api.SandboxState{{api.StateTerminated, api.StateRunning}, {api.StateRunning, api.StateResuming}, {api.StateError, api.StateRunning}} {
 		if err := checkTransition("x", c[0], c[1]); !errors.Is(err, errdefs.ErrFailedPrecondition) {
 			t.Errorf("%s -> %s: %v, want failed precondition", c[0], c[1], err)
+		}
+	}
+}
+
+// liveStates, which the disk room and the quotas query one by one, are the
+// states whose HoldsProcesses is true (the transitions table names every
+// state).
+func TestLiveStates(t *testing.T) {
+	for state := range transitions {
+		if listed := slices.Contains(liveStates, state); state.HoldsProcesses() != listed {
+			t.Errorf("%s: HoldsProcesses() is %v, in liveStates: %v", state, state.HoldsProcesses(), listed)
 		}
 	}
 }

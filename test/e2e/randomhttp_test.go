@@ -2085,7 +2085,7 @@ func rhKeep(run *rhRun) {
 		if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
 			return true
 		}
-		return err == nil && (sb.State == api.StateTerminated || sb.State == api.StateError)
+		return err == nil && sb.State.Ended()
 	}
 	hour := int64(3600)
 	revive := func(id *string, name string) {
@@ -2094,7 +2094,7 @@ func rhKeep(run *rhRun) {
 		}
 		if name != "" {
 			// A random request may have taken the name meanwhile.
-			if sb, err := c.GetSandbox(ctx, name); err == nil && sb.State != api.StateTerminated && sb.State != api.StateError {
+			if sb, err := c.GetSandbox(ctx, name); err == nil && !sb.State.Ended() {
 				*id = sb.ID
 				return
 			}
