@@ -148,22 +148,22 @@ type Options struct {
 	MaxOutputBytes int
 }
 
-// Event types, streamed while Run works.
+// Event types, streamed while Run works: the API's chat event types.
 const (
 	// EventText: Text is a delta of the model's text.
-	EventText = "text"
+	EventText = api.ChatEventText
 	// EventToolCall: the model asked to run Code (CallID).
-	EventToolCall = "tool_call"
+	EventToolCall = api.ChatEventToolCall
 	// EventToolError: a tool call could not be run (malformed arguments,
 	// unknown tool); Error says why, and it is fed back to the model.
-	EventToolError = "tool_error"
+	EventToolError = api.ChatEventToolError
 	// EventOutput: Output is a piece of the running code's output.
-	EventOutput = "output"
+	EventOutput = api.ChatEventOutput
 	// EventExecution: the code of CallID ran; Execution is its result,
 	// Images the charts it drew.
-	EventExecution = "execution"
+	EventExecution = api.ChatEventExecution
 	// EventAnswer: Text is the final answer, Images all the charts.
-	EventAnswer = "answer"
+	EventAnswer = api.ChatEventAnswer
 )
 
 // Event is something that happened during Run, for streaming (SSE): the
