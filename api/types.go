@@ -3,7 +3,10 @@
 // drift apart; /v1/openapi.json documents the same shapes.
 package api
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // How the states below follow one another, and what survives a daemon
 // restart in each, is in docs/ARCHITECTURE.md, "States and transitions".
@@ -25,6 +28,13 @@ const (
 	// node come back with them, it is running again).
 	StateLost SandboxState = "lost"
 )
+
+// SandboxStates are all the states, in the order of the const block above.
+var SandboxStates = []SandboxState{StateCreating, StateRunning, StateSuspending, StateSuspended,
+	StateResuming, StateTerminated, StateError, StateLost}
+
+// Valid reports whether s is one of SandboxStates.
+func (s SandboxState) Valid() bool { return slices.Contains(SandboxStates, s) }
 
 // HoldsProcesses reports whether a sandbox in state s has processes on its
 // node, or is starting them: creating, running, suspending or resuming.

@@ -342,6 +342,39 @@ var fuzzSandboxes = []*store.Sandbox{
 	{ID: "sbx_b", State: api.StateTerminated, Spec: store.Spec{Labels: map[string]string{"team": "ml"}}},
 	{ID: "sbx_c", Name: "gamma", State: api.StateError, Spec: store.Spec{Labels: map[string]string{"url": "http://x:1/", "": "empty key"}}},
 	{ID: "sbx_d", Name: "delta", State: api.StateSuspended, Spec: store.Spec{Labels: map[string]string{"team": "data", "a b": "c%d"}}},
+	{ID: "sbx_e", Name: "epsilon", State: api.StateLost, Node: "b"},
+}
+
+// TestListStatesAreTheAPIs holds GET /v1/sandboxes' state filter, as
+// openapi.json describes it, to api.SandboxStates: every state can be
+// asked for (a lost sandbox too), in the same order.
+func TestListStatesAreTheAPIs(t *testing.T) {
+	var doc struct {
+		Paths map[string]map[string]json.RawMessage `json:"paths"`
+	}
+	var get struct {
+		Parameters []struct {
+			Name   string `json:"name"`
+			Schema struct {
+				Enum []api.SandboxState `json:"enum"`
+			} `json:"schema"`
+		} `json:"parameters"`
+	}
+	if err := json.Unmarshal(openapiJSON, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(doc.Paths["/v1/sandboxes"]["get"], &get); err != nil {
+		t.Fatalf("GET /v1/sandboxes in openapi.json: %v", err)
+	}
+	for _, p := range get.Parameters {
+		if p.Name == "state" {
+			if !slices.Equal(p.Schema.Enum, api.SandboxStates) {
+				t.Fatalf("openapi.json's state filter is %v; api.SandboxStates are %v (internal/apigen/openapi.in.json)", p.Schema.Enum, api.SandboxStates)
+			}
+			return
+		}
+	}
+	t.Fatal("GET /v1/sandboxes has no state parameter in openapi.json")
 }
 
 // FuzzListSandboxes lists with any query string. It checks: the answer is
@@ -350,7 +383,7 @@ var fuzzSandboxes = []*store.Sandbox{
 // every filter, as an array (never null).
 func FuzzListSandboxes(f *testing.F) {
 	for _, q := range []string{"", "state=running", "state=bogus", "label=team:ml", "label=team:ml&label=env:prod", "label=team", "label=:x",
-		"label=url:http://x:1/", "name=alpha&state=running", "label=a+b:c%25d", "label=%zz", "state=", "label=team:ml&label=team:data", "name=%00", ";;&&=="} {
+		"label=url:http://x:1/", "name=alpha&state=running", "state=lost", "label=a+b:c%25d", "label=%zz", "state=", "label=team:ml&label=team:data", "name=%00", ";;&&=="} {
 		f.Add(q)
 	}
 	fs := newFuzzServer(f, Config{})
@@ -367,7 +400,7 @@ func FuzzListSandboxes(f *testing.F) {
 
 		q := r.URL.Query()
 		state, name, labels, bad := api.SandboxState(q.Get("state")), q.Get("name"), map[string]string{}, false
-		if state != "" && !slices.Contains([]api.SandboxState{api.StateCreating, api.StateRunning, api.StateSuspending, api.StateSuspended, api.StateResuming, api.StateTerminated, api.StateError}, state) {
+		if state != "" && !slices.Contains([]api.SandboxState{api.StateCreating, api.StateRunning, api.StateSuspending, api.StateSuspended, api.StateResuming, api.StateTerminated, api.StateError, api.StateLost}, state) {
 			bad = true
 		}
 		for _, l := range q["label"] {

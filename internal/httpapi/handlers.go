@@ -29,17 +29,10 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// validStates are the states GET /v1/sandboxes filters on (the enum of its
-// state parameter in openapi.in.json).
-var validStates = map[api.SandboxState]bool{
-	api.StateCreating: true, api.StateRunning: true, api.StateSuspending: true, api.StateSuspended: true,
-	api.StateResuming: true, api.StateTerminated: true, api.StateError: true,
-}
-
 func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	f := store.ListFilter{State: api.SandboxState(q.Get("state")), Name: q.Get("name")}
-	if f.State != "" && !validStates[f.State] {
+	if f.State != "" && !f.State.Valid() {
 		return errdefs.InvalidArgument("state: unknown state %q", f.State)
 	}
 	for _, l := range q["label"] {

@@ -127,8 +127,7 @@ func (t *tools) register(s *mcp.Server) {
 		Description: "List sandboxes with their id, name, state (running, suspended, …), image and limits. Terminated ones are left out unless asked for.",
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: &no},
 	}, func(p map[string]*jsonschema.Schema) {
-		p["state"].Enum = anys(api.StateCreating, api.StateRunning, api.StateSuspending, api.StateSuspended,
-			api.StateResuming, api.StateTerminated, api.StateError)
+		p["state"].Enum = anys(api.SandboxStates...)
 	}, t.listSandboxes)
 	add(s, &mcp.Tool{
 		Name:        "terminate_sandbox",

@@ -50,6 +50,10 @@ func nodeLost(state api.SandboxState) transitionCase {
 		if lost, _, err := e.m.NodeLost(e.ctx, "b", time.Now(), false); err != nil || lost != 1 {
 			t.Fatalf("node lost: %d lost, %v", lost, err)
 		}
+		// The reason says what the sandbox was doing when its node went.
+		if want := "while the sandbox was " + string(state) + ";"; !strings.Contains(e.row(sb.ID).StateReason, want) {
+			t.Fatalf("reason %q does not say %q", e.row(sb.ID).StateReason, want)
+		}
 		return sb.ID
 	}}
 }

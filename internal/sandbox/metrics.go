@@ -112,7 +112,10 @@ func (c *usageCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descTime, prometheus.CounterValue, running, sb.ID, sb.Name, string(api.StateRunning))
 			ch <- prometheus.MustNewConstMetric(descTime, prometheus.CounterValue, suspended, sb.ID, sb.Name, string(api.StateSuspended))
 		}
-		for _, st := range []api.SandboxState{api.StateCreating, api.StateRunning, api.StateSuspending, api.StateSuspended, api.StateResuming, api.StateError} {
+		for _, st := range api.SandboxStates {
+			if st == api.StateTerminated {
+				continue
+			}
 			ch <- prometheus.MustNewConstMetric(descStates, prometheus.GaugeValue, float64(counts[st]), string(st))
 		}
 	}

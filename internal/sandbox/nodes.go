@@ -148,9 +148,9 @@ func (m *Manager) NodeLost(ctx context.Context, node string, heartbeat time.Time
 				took = true
 				return nil
 			}
-			s.State = api.StateLost
 			s.StateReason = fmt.Sprintf("node %s stopped answering (last heartbeat %s) while the sandbox was %s; its processes are gone with it, unless the node comes back with them",
 				node, heartbeat.UTC().Format(time.RFC3339), s.State)
+			s.State = api.StateLost
 			// Runtime is kept: the node, should it come back with the
 			// processes, adopts them from it (reconcile).
 			return nil
