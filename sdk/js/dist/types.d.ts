@@ -7,7 +7,9 @@
  */
 import type * as wire from "./wire.js";
 /** Sandbox lifecycle states. */
-export type SandboxState = "creating" | "running" | "suspending" | "suspended" | "resuming" | "terminated" | "error" | (string & {});
+export type SandboxState = "creating" | "running" | "suspending" | "suspended" | "resuming" | "terminated" | "error"
+/** It ran on a node of a cluster that stopped answering; it can only be deleted. */
+ | "lost" | (string & {});
 /** What a running sandbox consumes now. */
 export interface Usage {
     cpuSeconds: number;
@@ -36,12 +38,22 @@ export interface SandboxInfo {
     /** The egress policy; absent: the default (the public internet only). */
     network?: NetworkPolicy;
     autoResume: boolean;
+    /**
+     * Suspended, not terminated, at its idle timeout though it has no name
+     * (named sandboxes always are); absent: false.
+     */
+    suspendOnIdle?: boolean;
     env: Record<string, string>;
     labels: Record<string, string>;
     createdAt: Date;
     lastActiveAt: Date;
     terminatedAt?: Date;
     usage?: Usage;
+    /**
+     * The node of the cluster that runs the sandbox (or holds its suspend
+     * image); absent on a single daemon.
+     */
+    node?: string;
 }
 /** The result of a command run with {@link Sandbox.run}. */
 export interface CommandResult {

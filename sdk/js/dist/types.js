@@ -91,8 +91,12 @@ export function toSandboxInfo(w) {
         s.snapshotId = w.snapshot_id;
     if (w.max_lifetime_secs)
         s.maxLifetimeSecs = w.max_lifetime_secs;
+    if (w.suspend_on_idle)
+        s.suspendOnIdle = true;
     if (w.terminated_at)
         s.terminatedAt = date(w.terminated_at);
+    if (opt(w.node))
+        s.node = w.node;
     if (w.usage) {
         const u = w.usage;
         s.usage = {

@@ -17,6 +17,8 @@ export type SandboxState =
   | "resuming"
   | "terminated"
   | "error"
+  /** It ran on a node of a cluster that stopped answering; it can only be deleted. */
+  | "lost"
   | (string & {});
 
 /** What a running sandbox consumes now. */
@@ -48,12 +50,22 @@ export interface SandboxInfo {
   /** The egress policy; absent: the default (the public internet only). */
   network?: NetworkPolicy;
   autoResume: boolean;
+  /**
+   * Suspended, not terminated, at its idle timeout though it has no name
+   * (named sandboxes always are); absent: false.
+   */
+  suspendOnIdle?: boolean;
   env: Record<string, string>;
   labels: Record<string, string>;
   createdAt: Date;
   lastActiveAt: Date;
   terminatedAt?: Date;
   usage?: Usage;
+  /**
+   * The node of the cluster that runs the sandbox (or holds its suspend
+   * image); absent on a single daemon.
+   */
+  node?: string;
 }
 
 /** The result of a command run with {@link Sandbox.run}. */
@@ -313,7 +325,9 @@ export function toSandboxInfo(w: Received<wire.Sandbox>): SandboxInfo {
   if (w.network) s.network = { allowOut: w.network.allow_out ?? [], denyOut: w.network.deny_out ?? [] };
   if (opt(w.snapshot_id)) s.snapshotId = w.snapshot_id;
   if (w.max_lifetime_secs) s.maxLifetimeSecs = w.max_lifetime_secs;
+  if (w.suspend_on_idle) s.suspendOnIdle = true;
   if (w.terminated_at) s.terminatedAt = date(w.terminated_at);
+  if (opt(w.node)) s.node = w.node;
   if (w.usage) {
     const u = w.usage;
     s.usage = {

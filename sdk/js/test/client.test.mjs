@@ -264,6 +264,18 @@ describe("connection", () => {
     assert.equal(requests[0].query.get("state"), "running");
     assert.deepEqual(requests[0].query.getAll("label"), ["a:2", "z:1"]);
   });
+
+  test("a sandbox's node and suspendOnIdle come from the answer, absent when the daemon leaves them out", async () => {
+    route("GET /v1/sandboxes", (_, res) =>
+      json(res, 200, { sandboxes: [{ ...SBX, node: "n2", suspend_on_idle: true, state: "lost" }, SBX] }),
+    );
+    const [clustered, single] = await Sandbox.list({ apiUrl: url });
+    assert.equal(clustered.node, "n2");
+    assert.equal(clustered.suspendOnIdle, true);
+    assert.equal(clustered.state, "lost");
+    assert.equal("node" in single, false);
+    assert.equal("suspendOnIdle" in single, false);
+  });
 });
 
 describe("commands", () => {
