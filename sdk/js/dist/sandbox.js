@@ -18,7 +18,7 @@
  */
 import { errorFromEventData, InvalidArgumentError, NotFoundError } from "./errors.js";
 import { eventData, sandboxPath, Transport } from "./http.js";
-import { networkWire, toCodeContext, toCommandResult, toExecution, toExecutionError, toFileInfo, toResult, toSandboxInfo, toSnapshot, } from "./types.js";
+import { networkWire, toCodeContext, toCommandResult, toExecution, toExecutionError, toFileInfo, toPortInfo, toResult, toSandboxInfo, toSnapshot, toWriteInfo, } from "./types.js";
 // Node 18.18+ and 20.4+ define Symbol.asyncDispose; older runtimes get the
 // symbol TypeScript's `await using` helper looks for.
 Symbol.asyncDispose ??= Symbol.for("Symbol.asyncDispose");
@@ -337,10 +337,7 @@ export class Sandbox {
         const w = opts.public === undefined
             ? await this.transport.json({ method: "GET", path, signal: opts.signal })
             : await this.transport.json({ method: "PUT", path, json: { public: opts.public }, signal: opts.signal });
-        const p = { port: w.port, url: w.url, path: w.path, token: w.token, public: !!w.public };
-        if (w.host_url)
-            p.hostUrl = w.host_url;
-        return p;
+        return toPortInfo(w);
     }
     /**
      * The URL that reaches `port` inside the sandbox (see {@link port}): its
@@ -429,7 +426,7 @@ export class Files {
             contentType: "application/octet-stream",
             signal: opts.signal,
         });
-        return { path: w.path ?? path, size: w.size ?? 0 };
+        return toWriteInfo(w, path);
     }
     /** Lists a directory (default /workspace). */
     async list(path = ".", opts = {}) {

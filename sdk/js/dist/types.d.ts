@@ -227,6 +227,32 @@ export interface PoolInfo {
     ready: number;
     createdAt: Date;
 }
+/**
+ * The egress policy of a sandbox with internet access. By default it
+ * reaches the public internet only (no LAN, link-local or cloud metadata
+ * address, no host). `allowOut` takes IPv4 addresses, CIDRs and domain
+ * names (`*.pypi.org`; a name makes the policy an allow-list) and wins over
+ * the defaults and `denyOut` (addresses, CIDRs).
+ */
+export interface NetworkPolicy {
+    allowOut?: string[];
+    denyOut?: string[];
+}
+/** How to reach a port of a sandbox ({@link Sandbox.port}). */
+export interface PortInfo {
+    /** The sandbox's id. */
+    sandbox: string;
+    port: number;
+    /** The proxy's URL on the daemon. */
+    url: string;
+    /** The proxy's path on the daemon, ending in "/". */
+    path: string;
+    /** With a ports domain on the daemon: the port at "/" of a host of its own. */
+    hostUrl?: string;
+    /** Lets a client through without the API key (header X-Forkbox-Token). */
+    token: string;
+    public: boolean;
+}
 /** @internal */
 export type Wire = Record<string, any>;
 /**
@@ -241,48 +267,34 @@ export type Received<T> = {
 /** @internal */
 export declare function toSandboxInfo(w: Received<wire.Sandbox>): SandboxInfo;
 /** @internal */
+export declare function toUsage(w: Received<wire.Usage>): Usage;
+/** @internal */
+export declare function toNetworkPolicy(w: Received<wire.NetworkPolicy>): NetworkPolicy;
+/** @internal */
+export declare function networkWire(n: NetworkPolicy): Wire;
+/** @internal */
 export declare function toCommandResult(w: Received<wire.ExecResult>): CommandResult;
 /** @internal */
 export declare function toSnapshot(w: Received<wire.Snapshot>): Snapshot;
 /** @internal */
 export declare function toFileInfo(w: Received<wire.FileInfo>): FileInfo;
-/** @internal */
-export declare function toResult(w: Wire): Result;
+/** @internal `path`: the path asked for, should the answer lack it. */
+export declare function toWriteInfo(w: Received<wire.WriteFileResult>, path?: string): WriteInfo;
+/** @internal Formats a later daemon adds pass through under their own names. */
+export declare function toResult(w: Received<wire.Result>): Result;
 /** @internal */
 export declare function toExecutionError(w: Received<wire.ExecutionError>): ExecutionError;
+/** @internal */
+export declare function toLogs(w: Received<wire.Logs> | undefined | null): Logs;
 /** @internal */
 export declare function toExecution(w: Received<wire.Execution>): Execution;
 /** @internal */
 export declare function toCodeContext(w: Received<wire.Context>): CodeContext;
 /** @internal */
 export declare function toImageInfo(w: Received<wire.Image>): ImageInfo;
-/** @internal */
-export declare function toBuildEvent(w: Received<wire.BuildEvent>, name: string): BuildEvent;
+/** @internal `name`: the SSE event's name, the type when the data lacks one. */
+export declare function toBuildEvent(w: Received<wire.BuildEvent>, name?: string): BuildEvent;
 /** @internal */
 export declare function toPoolInfo(w: Received<wire.Pool>): PoolInfo;
-/**
- * The egress policy of a sandbox with internet access. By default it
- * reaches the public internet only (no LAN, link-local or cloud metadata
- * address, no host). `allowOut` takes IPv4 addresses, CIDRs and domain
- * names (`*.pypi.org`; a name makes the policy an allow-list) and wins over
- * the defaults and `denyOut` (addresses, CIDRs).
- */
-export interface NetworkPolicy {
-    allowOut?: string[];
-    denyOut?: string[];
-}
 /** @internal */
-export declare function networkWire(n: NetworkPolicy): Wire;
-/** How to reach a port of a sandbox ({@link Sandbox.port}). */
-export interface PortInfo {
-    port: number;
-    /** The proxy's URL on the daemon. */
-    url: string;
-    /** The proxy's path on the daemon, ending in "/". */
-    path: string;
-    /** With a ports domain on the daemon: the port at "/" of a host of its own. */
-    hostUrl?: string;
-    /** Lets a client through without the API key (header X-Forkbox-Token). */
-    token: string;
-    public: boolean;
-}
+export declare function toPortInfo(w: Received<wire.Port>): PortInfo;

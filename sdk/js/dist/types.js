@@ -86,7 +86,7 @@ export function toSandboxInfo(w) {
     if (opt(w.state_reason))
         s.stateReason = w.state_reason;
     if (w.network)
-        s.network = { allowOut: w.network.allow_out ?? [], denyOut: w.network.deny_out ?? [] };
+        s.network = toNetworkPolicy(w.network);
     if (opt(w.snapshot_id))
         s.snapshotId = w.snapshot_id;
     if (w.max_lifetime_secs)
@@ -97,19 +97,34 @@ export function toSandboxInfo(w) {
         s.terminatedAt = date(w.terminated_at);
     if (opt(w.node))
         s.node = w.node;
-    if (w.usage) {
-        const u = w.usage;
-        s.usage = {
-            cpuSeconds: u.cpu_seconds ?? 0,
-            memoryBytes: u.memory_bytes ?? 0,
-            memoryPeakBytes: u.memory_peak_bytes ?? 0,
-            pids: u.pids ?? 0,
-            diskUsedBytes: u.disk_used_bytes ?? 0,
-            runningSeconds: u.running_seconds ?? 0,
-            suspendedSeconds: u.suspended_seconds ?? 0,
-        };
-    }
+    if (w.usage)
+        s.usage = toUsage(w.usage);
     return s;
+}
+/** @internal */
+export function toUsage(w) {
+    return {
+        cpuSeconds: w.cpu_seconds ?? 0,
+        memoryBytes: w.memory_bytes ?? 0,
+        memoryPeakBytes: w.memory_peak_bytes ?? 0,
+        pids: w.pids ?? 0,
+        diskUsedBytes: w.disk_used_bytes ?? 0,
+        runningSeconds: w.running_seconds ?? 0,
+        suspendedSeconds: w.suspended_seconds ?? 0,
+    };
+}
+/** @internal */
+export function toNetworkPolicy(w) {
+    return { allowOut: w.allow_out ?? [], denyOut: w.deny_out ?? [] };
+}
+/** @internal */
+export function networkWire(n) {
+    const w = {};
+    if (n.allowOut?.length)
+        w.allow_out = n.allowOut;
+    if (n.denyOut?.length)
+        w.deny_out = n.denyOut;
+    return w;
 }
 /** @internal */
 export function toCommandResult(w) {
@@ -155,7 +170,11 @@ export function toFileInfo(w) {
         modifiedAt: date(w.modified_at),
     };
 }
-/** @internal */
+/** @internal `path`: the path asked for, should the answer lack it. */
+export function toWriteInfo(w, path = "") {
+    return { path: w.path ?? path, size: w.size ?? 0 };
+}
+/** @internal Formats a later daemon adds pass through under their own names. */
 export function toResult(w) {
     const { is_main_result, ...formats } = w;
     return { ...formats, isMainResult: is_main_result === true };
@@ -165,10 +184,14 @@ export function toExecutionError(w) {
     return { name: w.name ?? "", value: w.value ?? "", traceback: w.traceback ?? [] };
 }
 /** @internal */
+export function toLogs(w) {
+    return { stdout: w?.stdout ?? [], stderr: w?.stderr ?? [] };
+}
+/** @internal */
 export function toExecution(w) {
     const init = {
         results: (w.results ?? []).filter((r) => r !== null).map(toResult),
-        logs: { stdout: w.logs?.stdout ?? [], stderr: w.logs?.stderr ?? [] },
+        logs: toLogs(w.logs),
         error: w.error ? toExecutionError(w.error) : null,
         executionCount: w.execution_count ?? 0,
         durationMs: w.duration_ms ?? 0,
@@ -209,8 +232,8 @@ export function toImageInfo(w) {
         i.user = w.user;
     return i;
 }
-/** @internal */
-export function toBuildEvent(w, name) {
+/** @internal `name`: the SSE event's name, the type when the data lacks one. */
+export function toBuildEvent(w, name = "") {
     const e = { type: w.type || name, step: w.step ?? 0 };
     if (w.total)
         e.total = w.total;
@@ -240,11 +263,9 @@ export function toPoolInfo(w) {
     return p;
 }
 /** @internal */
-export function networkWire(n) {
-    const w = {};
-    if (n.allowOut?.length)
-        w.allow_out = n.allowOut;
-    if (n.denyOut?.length)
-        w.deny_out = n.denyOut;
-    return w;
+export function toPortInfo(w) {
+    const p = { sandbox: w.sandbox ?? "", port: w.port, url: w.url, path: w.path, token: w.token, public: !!w.public };
+    if (opt(w.host_url))
+        p.hostUrl = w.host_url;
+    return p;
 }

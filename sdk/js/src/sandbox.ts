@@ -26,9 +26,11 @@ import {
   toExecution,
   toExecutionError,
   toFileInfo,
+  toPortInfo,
   toResult,
   toSandboxInfo,
   toSnapshot,
+  toWriteInfo,
   type CheckpointKind,
   type CodeContext,
   type CommandResult,
@@ -496,9 +498,7 @@ export class Sandbox implements AsyncDisposable {
       opts.public === undefined
         ? await this.transport.json<Wire>({ method: "GET", path, signal: opts.signal })
         : await this.transport.json<Wire>({ method: "PUT", path, json: { public: opts.public }, signal: opts.signal });
-    const p: PortInfo = { port: w.port, url: w.url, path: w.path, token: w.token, public: !!w.public };
-    if (w.host_url) p.hostUrl = w.host_url;
-    return p;
+    return toPortInfo(w);
   }
 
   /**
@@ -597,7 +597,7 @@ export class Files {
       contentType: "application/octet-stream",
       signal: opts.signal,
     });
-    return { path: w.path ?? path, size: w.size ?? 0 };
+    return toWriteInfo(w, path);
   }
 
   /** Lists a directory (default /workspace). */

@@ -281,6 +281,34 @@ export interface PoolInfo {
   createdAt: Date;
 }
 
+/**
+ * The egress policy of a sandbox with internet access. By default it
+ * reaches the public internet only (no LAN, link-local or cloud metadata
+ * address, no host). `allowOut` takes IPv4 addresses, CIDRs and domain
+ * names (`*.pypi.org`; a name makes the policy an allow-list) and wins over
+ * the defaults and `denyOut` (addresses, CIDRs).
+ */
+export interface NetworkPolicy {
+  allowOut?: string[];
+  denyOut?: string[];
+}
+
+/** How to reach a port of a sandbox ({@link Sandbox.port}). */
+export interface PortInfo {
+  /** The sandbox's id. */
+  sandbox: string;
+  port: number;
+  /** The proxy's URL on the daemon. */
+  url: string;
+  /** The proxy's path on the daemon, ending in "/". */
+  path: string;
+  /** With a ports domain on the daemon: the port at "/" of a host of its own. */
+  hostUrl?: string;
+  /** Lets a client through without the API key (header X-Forkbox-Token). */
+  token: string;
+  public: boolean;
+}
+
 // ---- wire types and conversions ----
 
 /** @internal */
@@ -322,25 +350,40 @@ export function toSandboxInfo(w: Received<wire.Sandbox>): SandboxInfo {
   };
   if (opt(w.name)) s.name = w.name;
   if (opt(w.state_reason)) s.stateReason = w.state_reason;
-  if (w.network) s.network = { allowOut: w.network.allow_out ?? [], denyOut: w.network.deny_out ?? [] };
+  if (w.network) s.network = toNetworkPolicy(w.network);
   if (opt(w.snapshot_id)) s.snapshotId = w.snapshot_id;
   if (w.max_lifetime_secs) s.maxLifetimeSecs = w.max_lifetime_secs;
   if (w.suspend_on_idle) s.suspendOnIdle = true;
   if (w.terminated_at) s.terminatedAt = date(w.terminated_at);
   if (opt(w.node)) s.node = w.node;
-  if (w.usage) {
-    const u = w.usage;
-    s.usage = {
-      cpuSeconds: u.cpu_seconds ?? 0,
-      memoryBytes: u.memory_bytes ?? 0,
-      memoryPeakBytes: u.memory_peak_bytes ?? 0,
-      pids: u.pids ?? 0,
-      diskUsedBytes: u.disk_used_bytes ?? 0,
-      runningSeconds: u.running_seconds ?? 0,
-      suspendedSeconds: u.suspended_seconds ?? 0,
-    };
-  }
+  if (w.usage) s.usage = toUsage(w.usage);
   return s;
+}
+
+/** @internal */
+export function toUsage(w: Received<wire.Usage>): Usage {
+  return {
+    cpuSeconds: w.cpu_seconds ?? 0,
+    memoryBytes: w.memory_bytes ?? 0,
+    memoryPeakBytes: w.memory_peak_bytes ?? 0,
+    pids: w.pids ?? 0,
+    diskUsedBytes: w.disk_used_bytes ?? 0,
+    runningSeconds: w.running_seconds ?? 0,
+    suspendedSeconds: w.suspended_seconds ?? 0,
+  };
+}
+
+/** @internal */
+export function toNetworkPolicy(w: Received<wire.NetworkPolicy>): NetworkPolicy {
+  return { allowOut: w.allow_out ?? [], denyOut: w.deny_out ?? [] };
+}
+
+/** @internal */
+export function networkWire(n: NetworkPolicy): Wire {
+  const w: Wire = {};
+  if (n.allowOut?.length) w.allow_out = n.allowOut;
+  if (n.denyOut?.length) w.deny_out = n.denyOut;
+  return w;
 }
 
 /** @internal */
@@ -386,8 +429,13 @@ export function toFileInfo(w: Received<wire.FileInfo>): FileInfo {
   };
 }
 
-/** @internal */
-export function toResult(w: Wire): Result {
+/** @internal `path`: the path asked for, should the answer lack it. */
+export function toWriteInfo(w: Received<wire.WriteFileResult>, path = ""): WriteInfo {
+  return { path: w.path ?? path, size: w.size ?? 0 };
+}
+
+/** @internal Formats a later daemon adds pass through under their own names. */
+export function toResult(w: Received<wire.Result>): Result {
   const { is_main_result, ...formats } = w;
   return { ...formats, isMainResult: is_main_result === true };
 }
@@ -398,10 +446,15 @@ export function toExecutionError(w: Received<wire.ExecutionError>): ExecutionErr
 }
 
 /** @internal */
+export function toLogs(w: Received<wire.Logs> | undefined | null): Logs {
+  return { stdout: w?.stdout ?? [], stderr: w?.stderr ?? [] };
+}
+
+/** @internal */
 export function toExecution(w: Received<wire.Execution>): Execution {
   const init: ConstructorParameters<typeof Execution>[0] = {
     results: (w.results ?? []).filter((r: unknown) => r !== null).map(toResult),
-    logs: { stdout: w.logs?.stdout ?? [], stderr: w.logs?.stderr ?? [] },
+    logs: toLogs(w.logs),
     error: w.error ? toExecutionError(w.error) : null,
     executionCount: w.execution_count ?? 0,
     durationMs: w.duration_ms ?? 0,
@@ -442,8 +495,8 @@ export function toImageInfo(w: Received<wire.Image>): ImageInfo {
   return i;
 }
 
-/** @internal */
-export function toBuildEvent(w: Received<wire.BuildEvent>, name: string): BuildEvent {
+/** @internal `name`: the SSE event's name, the type when the data lacks one. */
+export function toBuildEvent(w: Received<wire.BuildEvent>, name = ""): BuildEvent {
   const e: BuildEvent = { type: w.type || name, step: w.step ?? 0 };
   if (w.total) e.total = w.total;
   if (opt(w.kind)) e.kind = w.kind;
@@ -467,36 +520,9 @@ export function toPoolInfo(w: Received<wire.Pool>): PoolInfo {
   return p;
 }
 
-/**
- * The egress policy of a sandbox with internet access. By default it
- * reaches the public internet only (no LAN, link-local or cloud metadata
- * address, no host). `allowOut` takes IPv4 addresses, CIDRs and domain
- * names (`*.pypi.org`; a name makes the policy an allow-list) and wins over
- * the defaults and `denyOut` (addresses, CIDRs).
- */
-export interface NetworkPolicy {
-  allowOut?: string[];
-  denyOut?: string[];
-}
-
 /** @internal */
-export function networkWire(n: NetworkPolicy): Wire {
-  const w: Wire = {};
-  if (n.allowOut?.length) w.allow_out = n.allowOut;
-  if (n.denyOut?.length) w.deny_out = n.denyOut;
-  return w;
-}
-
-/** How to reach a port of a sandbox ({@link Sandbox.port}). */
-export interface PortInfo {
-  port: number;
-  /** The proxy's URL on the daemon. */
-  url: string;
-  /** The proxy's path on the daemon, ending in "/". */
-  path: string;
-  /** With a ports domain on the daemon: the port at "/" of a host of its own. */
-  hostUrl?: string;
-  /** Lets a client through without the API key (header X-Forkbox-Token). */
-  token: string;
-  public: boolean;
+export function toPortInfo(w: Received<wire.Port>): PortInfo {
+  const p: PortInfo = { sandbox: w.sandbox ?? "", port: w.port, url: w.url, path: w.path, token: w.token, public: !!w.public };
+  if (opt(w.host_url)) p.hostUrl = w.host_url;
+  return p;
 }

@@ -193,9 +193,10 @@ describe("connection", () => {
     const port = { sandbox: "sbx_1", port: 8000, path: "/v1/sandboxes/sbx_1/ports/8000/", url: "http://h/v1/sandboxes/sbx_1/ports/8000/", token: "fbxp_t", public: false };
     route("GET /v1/sandboxes/sbx_1/ports/8000", (_, res) => json(res, 200, port));
     assert.equal(await sb.getHost(8000), port.url);
+    assert.deepEqual(await sb.port(8000), { sandbox: "sbx_1", port: 8000, path: port.path, url: port.url, token: "fbxp_t", public: false });
     route("PUT /v1/sandboxes/sbx_1/ports/8000", (_, res) => json(res, 200, { ...port, public: true }));
     assert.equal((await sb.port(8000, { public: true })).public, true);
-    assert.deepEqual(body(requests[2]), { public: true });
+    assert.deepEqual(body(requests[3]), { public: true });
   });
 
   test("address and key come from FORKBOX_URL and FORKBOX_API_KEY", async () => {
