@@ -264,6 +264,25 @@ export type Wire = Record<string, any>;
 export type Received<T> = {
     [K in keyof T]?: any;
 };
+/**
+ * @internal Where a conversion puts each key of wire type W: the field of
+ * the SDK's type P that carries it, or why it is left out. Each conversion
+ * below has such a table, declared `satisfies WireKeys<wire.X, X>`, so that
+ * a key the API adds, renames or drops fails to compile, naming the key
+ * (missing from the table, or not a key of wire.X); test/wire.test.mjs
+ * checks that the conversion does set the field the table names.
+ */
+export type WireKeys<W, P> = {
+    readonly [K in NamedKeys<W>]-?: (keyof P & string) | NotExposed;
+};
+/** @internal A wire key the SDK leaves out on purpose, and why. */
+export interface NotExposed {
+    readonly notExposed: string;
+}
+/** The keys of T other than an index signature's (wire.Result has one). */
+type NamedKeys<T> = keyof {
+    [K in keyof T as string extends K ? never : K]: T[K];
+};
 /** @internal */
 export declare function toSandboxInfo(w: Received<wire.Sandbox>): SandboxInfo;
 /** @internal */
@@ -298,3 +317,14 @@ export declare function toBuildEvent(w: Received<wire.BuildEvent>, name?: string
 export declare function toPoolInfo(w: Received<wire.Pool>): PoolInfo;
 /** @internal */
 export declare function toPortInfo(w: Received<wire.Port>): PortInfo;
+/**
+ * @internal Every conversion with its wire type (by name in wire.ts) and its
+ * key table, for test/wire.test.mjs.
+ */
+export declare const conversions: readonly {
+    wire: string;
+    type: string;
+    convert: (w: Wire) => unknown;
+    keys: Record<string, string | NotExposed>;
+}[];
+export {};

@@ -63,6 +63,31 @@ function date(v) {
 function opt(v) {
     return v === undefined || v === null || v === "" ? undefined : v;
 }
+const sandboxKeys = {
+    id: "id",
+    name: "name",
+    state: "state",
+    state_reason: "stateReason",
+    image: "image",
+    snapshot_id: "snapshotId",
+    cpus: "cpus",
+    memory_mb: "memoryMb",
+    disk_mb: "diskMb",
+    pids_limit: "pidsLimit",
+    timeout_secs: "timeoutSecs",
+    max_lifetime_secs: "maxLifetimeSecs",
+    allow_internet_access: "allowInternetAccess",
+    network: "network",
+    auto_resume: "autoResume",
+    suspend_on_idle: "suspendOnIdle",
+    env: "env",
+    labels: "labels",
+    created_at: "createdAt",
+    last_active_at: "lastActiveAt",
+    terminated_at: "terminatedAt",
+    usage: "usage",
+    node: "node",
+};
 /** @internal */
 export function toSandboxInfo(w) {
     const s = {
@@ -101,6 +126,15 @@ export function toSandboxInfo(w) {
         s.usage = toUsage(w.usage);
     return s;
 }
+const usageKeys = {
+    cpu_seconds: "cpuSeconds",
+    memory_bytes: "memoryBytes",
+    memory_peak_bytes: "memoryPeakBytes",
+    pids: "pids",
+    disk_used_bytes: "diskUsedBytes",
+    running_seconds: "runningSeconds",
+    suspended_seconds: "suspendedSeconds",
+};
 /** @internal */
 export function toUsage(w) {
     return {
@@ -113,6 +147,10 @@ export function toUsage(w) {
         suspendedSeconds: w.suspended_seconds ?? 0,
     };
 }
+const networkPolicyKeys = {
+    allow_out: "allowOut",
+    deny_out: "denyOut",
+};
 /** @internal */
 export function toNetworkPolicy(w) {
     return { allowOut: w.allow_out ?? [], denyOut: w.deny_out ?? [] };
@@ -126,6 +164,16 @@ export function networkWire(n) {
         w.deny_out = n.denyOut;
     return w;
 }
+const commandResultKeys = {
+    stdout: "stdout",
+    stderr: "stderr",
+    exit_code: "exitCode",
+    duration_ms: "durationMs",
+    signal: "signal",
+    timed_out: "timedOut",
+    oom_killed: "oomKilled",
+    error: "error",
+};
 /** @internal */
 export function toCommandResult(w) {
     const r = {
@@ -142,6 +190,18 @@ export function toCommandResult(w) {
         r.error = w.error;
     return r;
 }
+const snapshotKeys = {
+    // The name Sandbox.create and createPool take it by.
+    id: "snapshotId",
+    type: "type",
+    name: "name",
+    sandbox_id: "sandboxId",
+    parent_id: "parentId",
+    image: "image",
+    size_bytes: "sizeBytes",
+    paused_ms: "pausedMs",
+    created_at: "createdAt",
+};
 /** @internal */
 export function toSnapshot(w) {
     const s = {
@@ -159,6 +219,14 @@ export function toSnapshot(w) {
         s.parentId = w.parent_id;
     return s;
 }
+const fileInfoKeys = {
+    name: "name",
+    path: "path",
+    type: "type",
+    size: "size",
+    mode: "mode",
+    modified_at: "modifiedAt",
+};
 /** @internal */
 export function toFileInfo(w) {
     return {
@@ -170,23 +238,58 @@ export function toFileInfo(w) {
         modifiedAt: date(w.modified_at),
     };
 }
+const writeInfoKeys = {
+    path: "path",
+    size: "size",
+};
 /** @internal `path`: the path asked for, should the answer lack it. */
 export function toWriteInfo(w, path = "") {
     return { path: w.path ?? path, size: w.size ?? 0 };
 }
+const resultKeys = {
+    text: "text",
+    html: "html",
+    markdown: "markdown",
+    latex: "latex",
+    png: "png",
+    jpeg: "jpeg",
+    svg: "svg",
+    json: "json",
+    javascript: "javascript",
+    pdf: "pdf",
+    extra: "extra",
+    is_main_result: "isMainResult",
+};
 /** @internal Formats a later daemon adds pass through under their own names. */
 export function toResult(w) {
     const { is_main_result, ...formats } = w;
     return { ...formats, isMainResult: is_main_result === true };
 }
+const executionErrorKeys = {
+    name: "name",
+    value: "value",
+    traceback: "traceback",
+};
 /** @internal */
 export function toExecutionError(w) {
     return { name: w.name ?? "", value: w.value ?? "", traceback: w.traceback ?? [] };
 }
+const logsKeys = {
+    stdout: "stdout",
+    stderr: "stderr",
+};
 /** @internal */
 export function toLogs(w) {
     return { stdout: w?.stdout ?? [], stderr: w?.stderr ?? [] };
 }
+const executionKeys = {
+    logs: "logs",
+    results: "results",
+    error: "error",
+    execution_count: "executionCount",
+    context_id: "contextId",
+    duration_ms: "durationMs",
+};
 /** @internal */
 export function toExecution(w) {
     const init = {
@@ -200,6 +303,16 @@ export function toExecution(w) {
         init.contextId = w.context_id;
     return new Execution(init);
 }
+const codeContextKeys = {
+    id: "id",
+    language: "language",
+    kernel: "kernel",
+    cwd: "cwd",
+    default: "default",
+    state: "state",
+    execution_count: "executionCount",
+    created_at: "createdAt",
+};
 /** @internal */
 export function toCodeContext(w) {
     return {
@@ -213,6 +326,19 @@ export function toCodeContext(w) {
         createdAt: date(w.created_at),
     };
 }
+const imageInfoKeys = {
+    name: "name",
+    id: "id",
+    base: "base",
+    layers: "layers",
+    env: "env",
+    workdir: "workdir",
+    user: "user",
+    uid: "uid",
+    gid: "gid",
+    size_bytes: "sizeBytes",
+    created_at: "createdAt",
+};
 /** @internal */
 export function toImageInfo(w) {
     const i = {
@@ -232,6 +358,16 @@ export function toImageInfo(w) {
         i.user = w.user;
     return i;
 }
+const buildEventKeys = {
+    type: "type",
+    step: "step",
+    total: "total",
+    kind: "kind",
+    detail: "detail",
+    cached: "cached",
+    line: "line",
+    image: "image",
+};
 /** @internal `name`: the SSE event's name, the type when the data lacks one. */
 export function toBuildEvent(w, name = "") {
     const e = { type: w.type || name, step: w.step ?? 0 };
@@ -249,6 +385,14 @@ export function toBuildEvent(w, name = "") {
         e.image = toImageInfo(w.image);
     return e;
 }
+const poolInfoKeys = {
+    name: "name",
+    snapshot_id: "snapshotId",
+    image: "image",
+    size: "size",
+    ready: "ready",
+    created_at: "createdAt",
+};
 /** @internal */
 export function toPoolInfo(w) {
     const p = {
@@ -262,6 +406,18 @@ export function toPoolInfo(w) {
         p.snapshotId = w.snapshot_id;
     return p;
 }
+const inListings = "set in listings of a sandbox's ports only (GET /ports), which the SDK does not make";
+const portInfoKeys = {
+    sandbox: "sandbox",
+    port: "port",
+    path: "path",
+    url: "url",
+    host_url: "hostUrl",
+    token: "token",
+    public: "public",
+    listening: { notExposed: inListings },
+    process: { notExposed: inListings },
+};
 /** @internal */
 export function toPortInfo(w) {
     const p = { sandbox: w.sandbox ?? "", port: w.port, url: w.url, path: w.path, token: w.token, public: !!w.public };
@@ -269,3 +425,25 @@ export function toPortInfo(w) {
         p.hostUrl = w.host_url;
     return p;
 }
+/**
+ * @internal Every conversion with its wire type (by name in wire.ts) and its
+ * key table, for test/wire.test.mjs.
+ */
+export const conversions = [
+    { wire: "Sandbox", type: "SandboxInfo", convert: toSandboxInfo, keys: sandboxKeys },
+    { wire: "Usage", type: "Usage", convert: toUsage, keys: usageKeys },
+    { wire: "NetworkPolicy", type: "NetworkPolicy", convert: toNetworkPolicy, keys: networkPolicyKeys },
+    { wire: "ExecResult", type: "CommandResult", convert: toCommandResult, keys: commandResultKeys },
+    { wire: "Snapshot", type: "Snapshot", convert: toSnapshot, keys: snapshotKeys },
+    { wire: "FileInfo", type: "FileInfo", convert: toFileInfo, keys: fileInfoKeys },
+    { wire: "WriteFileResult", type: "WriteInfo", convert: toWriteInfo, keys: writeInfoKeys },
+    { wire: "Result", type: "Result", convert: toResult, keys: resultKeys },
+    { wire: "ExecutionError", type: "ExecutionError", convert: toExecutionError, keys: executionErrorKeys },
+    { wire: "Logs", type: "Logs", convert: toLogs, keys: logsKeys },
+    { wire: "Execution", type: "Execution", convert: toExecution, keys: executionKeys },
+    { wire: "Context", type: "CodeContext", convert: toCodeContext, keys: codeContextKeys },
+    { wire: "Image", type: "ImageInfo", convert: toImageInfo, keys: imageInfoKeys },
+    { wire: "BuildEvent", type: "BuildEvent", convert: toBuildEvent, keys: buildEventKeys },
+    { wire: "Pool", type: "PoolInfo", convert: toPoolInfo, keys: poolInfoKeys },
+    { wire: "Port", type: "PortInfo", convert: toPortInfo, keys: portInfoKeys },
+];

@@ -322,6 +322,24 @@ export type Wire = Record<string, any>; // eslint-disable-line @typescript-eslin
  */
 export type Received<T> = { [K in keyof T]?: any }; // eslint-disable-line @typescript-eslint/no-explicit-any
 
+/**
+ * @internal Where a conversion puts each key of wire type W: the field of
+ * the SDK's type P that carries it, or why it is left out. Each conversion
+ * below has such a table, declared `satisfies WireKeys<wire.X, X>`, so that
+ * a key the API adds, renames or drops fails to compile, naming the key
+ * (missing from the table, or not a key of wire.X); test/wire.test.mjs
+ * checks that the conversion does set the field the table names.
+ */
+export type WireKeys<W, P> = { readonly [K in NamedKeys<W>]-?: (keyof P & string) | NotExposed };
+
+/** @internal A wire key the SDK leaves out on purpose, and why. */
+export interface NotExposed {
+  readonly notExposed: string;
+}
+
+/** The keys of T other than an index signature's (wire.Result has one). */
+type NamedKeys<T> = keyof { [K in keyof T as string extends K ? never : K]: T[K] };
+
 function date(v: unknown): Date {
   return typeof v === "string" ? new Date(v) : new Date(NaN);
 }
@@ -329,6 +347,32 @@ function date(v: unknown): Date {
 function opt<T>(v: T | undefined | null | ""): T | undefined {
   return v === undefined || v === null || v === "" ? undefined : v;
 }
+
+const sandboxKeys = {
+  id: "id",
+  name: "name",
+  state: "state",
+  state_reason: "stateReason",
+  image: "image",
+  snapshot_id: "snapshotId",
+  cpus: "cpus",
+  memory_mb: "memoryMb",
+  disk_mb: "diskMb",
+  pids_limit: "pidsLimit",
+  timeout_secs: "timeoutSecs",
+  max_lifetime_secs: "maxLifetimeSecs",
+  allow_internet_access: "allowInternetAccess",
+  network: "network",
+  auto_resume: "autoResume",
+  suspend_on_idle: "suspendOnIdle",
+  env: "env",
+  labels: "labels",
+  created_at: "createdAt",
+  last_active_at: "lastActiveAt",
+  terminated_at: "terminatedAt",
+  usage: "usage",
+  node: "node",
+} satisfies WireKeys<wire.Sandbox, SandboxInfo>;
 
 /** @internal */
 export function toSandboxInfo(w: Received<wire.Sandbox>): SandboxInfo {
@@ -360,6 +404,16 @@ export function toSandboxInfo(w: Received<wire.Sandbox>): SandboxInfo {
   return s;
 }
 
+const usageKeys = {
+  cpu_seconds: "cpuSeconds",
+  memory_bytes: "memoryBytes",
+  memory_peak_bytes: "memoryPeakBytes",
+  pids: "pids",
+  disk_used_bytes: "diskUsedBytes",
+  running_seconds: "runningSeconds",
+  suspended_seconds: "suspendedSeconds",
+} satisfies WireKeys<wire.Usage, Usage>;
+
 /** @internal */
 export function toUsage(w: Received<wire.Usage>): Usage {
   return {
@@ -373,6 +427,11 @@ export function toUsage(w: Received<wire.Usage>): Usage {
   };
 }
 
+const networkPolicyKeys = {
+  allow_out: "allowOut",
+  deny_out: "denyOut",
+} satisfies WireKeys<wire.NetworkPolicy, NetworkPolicy>;
+
 /** @internal */
 export function toNetworkPolicy(w: Received<wire.NetworkPolicy>): NetworkPolicy {
   return { allowOut: w.allow_out ?? [], denyOut: w.deny_out ?? [] };
@@ -385,6 +444,17 @@ export function networkWire(n: NetworkPolicy): Wire {
   if (n.denyOut?.length) w.deny_out = n.denyOut;
   return w;
 }
+
+const commandResultKeys = {
+  stdout: "stdout",
+  stderr: "stderr",
+  exit_code: "exitCode",
+  duration_ms: "durationMs",
+  signal: "signal",
+  timed_out: "timedOut",
+  oom_killed: "oomKilled",
+  error: "error",
+} satisfies WireKeys<wire.ExecResult, CommandResult>;
 
 /** @internal */
 export function toCommandResult(w: Received<wire.ExecResult>): CommandResult {
@@ -400,6 +470,19 @@ export function toCommandResult(w: Received<wire.ExecResult>): CommandResult {
   if (opt(w.error)) r.error = w.error;
   return r;
 }
+
+const snapshotKeys = {
+  // The name Sandbox.create and createPool take it by.
+  id: "snapshotId",
+  type: "type",
+  name: "name",
+  sandbox_id: "sandboxId",
+  parent_id: "parentId",
+  image: "image",
+  size_bytes: "sizeBytes",
+  paused_ms: "pausedMs",
+  created_at: "createdAt",
+} satisfies WireKeys<wire.Snapshot, Snapshot>;
 
 /** @internal */
 export function toSnapshot(w: Received<wire.Snapshot>): Snapshot {
@@ -417,6 +500,15 @@ export function toSnapshot(w: Received<wire.Snapshot>): Snapshot {
   return s;
 }
 
+const fileInfoKeys = {
+  name: "name",
+  path: "path",
+  type: "type",
+  size: "size",
+  mode: "mode",
+  modified_at: "modifiedAt",
+} satisfies WireKeys<wire.FileInfo, FileInfo>;
+
 /** @internal */
 export function toFileInfo(w: Received<wire.FileInfo>): FileInfo {
   return {
@@ -429,10 +521,30 @@ export function toFileInfo(w: Received<wire.FileInfo>): FileInfo {
   };
 }
 
+const writeInfoKeys = {
+  path: "path",
+  size: "size",
+} satisfies WireKeys<wire.WriteFileResult, WriteInfo>;
+
 /** @internal `path`: the path asked for, should the answer lack it. */
 export function toWriteInfo(w: Received<wire.WriteFileResult>, path = ""): WriteInfo {
   return { path: w.path ?? path, size: w.size ?? 0 };
 }
+
+const resultKeys = {
+  text: "text",
+  html: "html",
+  markdown: "markdown",
+  latex: "latex",
+  png: "png",
+  jpeg: "jpeg",
+  svg: "svg",
+  json: "json",
+  javascript: "javascript",
+  pdf: "pdf",
+  extra: "extra",
+  is_main_result: "isMainResult",
+} satisfies WireKeys<wire.Result, Result>;
 
 /** @internal Formats a later daemon adds pass through under their own names. */
 export function toResult(w: Received<wire.Result>): Result {
@@ -440,15 +552,35 @@ export function toResult(w: Received<wire.Result>): Result {
   return { ...formats, isMainResult: is_main_result === true };
 }
 
+const executionErrorKeys = {
+  name: "name",
+  value: "value",
+  traceback: "traceback",
+} satisfies WireKeys<wire.ExecutionError, ExecutionError>;
+
 /** @internal */
 export function toExecutionError(w: Received<wire.ExecutionError>): ExecutionError {
   return { name: w.name ?? "", value: w.value ?? "", traceback: w.traceback ?? [] };
 }
 
+const logsKeys = {
+  stdout: "stdout",
+  stderr: "stderr",
+} satisfies WireKeys<wire.Logs, Logs>;
+
 /** @internal */
 export function toLogs(w: Received<wire.Logs> | undefined | null): Logs {
   return { stdout: w?.stdout ?? [], stderr: w?.stderr ?? [] };
 }
+
+const executionKeys = {
+  logs: "logs",
+  results: "results",
+  error: "error",
+  execution_count: "executionCount",
+  context_id: "contextId",
+  duration_ms: "durationMs",
+} satisfies WireKeys<wire.Execution, Execution>;
 
 /** @internal */
 export function toExecution(w: Received<wire.Execution>): Execution {
@@ -463,6 +595,17 @@ export function toExecution(w: Received<wire.Execution>): Execution {
   return new Execution(init);
 }
 
+const codeContextKeys = {
+  id: "id",
+  language: "language",
+  kernel: "kernel",
+  cwd: "cwd",
+  default: "default",
+  state: "state",
+  execution_count: "executionCount",
+  created_at: "createdAt",
+} satisfies WireKeys<wire.Context, CodeContext>;
+
 /** @internal */
 export function toCodeContext(w: Received<wire.Context>): CodeContext {
   return {
@@ -476,6 +619,20 @@ export function toCodeContext(w: Received<wire.Context>): CodeContext {
     createdAt: date(w.created_at),
   };
 }
+
+const imageInfoKeys = {
+  name: "name",
+  id: "id",
+  base: "base",
+  layers: "layers",
+  env: "env",
+  workdir: "workdir",
+  user: "user",
+  uid: "uid",
+  gid: "gid",
+  size_bytes: "sizeBytes",
+  created_at: "createdAt",
+} satisfies WireKeys<wire.Image, ImageInfo>;
 
 /** @internal */
 export function toImageInfo(w: Received<wire.Image>): ImageInfo {
@@ -495,6 +652,17 @@ export function toImageInfo(w: Received<wire.Image>): ImageInfo {
   return i;
 }
 
+const buildEventKeys = {
+  type: "type",
+  step: "step",
+  total: "total",
+  kind: "kind",
+  detail: "detail",
+  cached: "cached",
+  line: "line",
+  image: "image",
+} satisfies WireKeys<wire.BuildEvent, BuildEvent>;
+
 /** @internal `name`: the SSE event's name, the type when the data lacks one. */
 export function toBuildEvent(w: Received<wire.BuildEvent>, name = ""): BuildEvent {
   const e: BuildEvent = { type: w.type || name, step: w.step ?? 0 };
@@ -506,6 +674,15 @@ export function toBuildEvent(w: Received<wire.BuildEvent>, name = ""): BuildEven
   if (w.image) e.image = toImageInfo(w.image);
   return e;
 }
+
+const poolInfoKeys = {
+  name: "name",
+  snapshot_id: "snapshotId",
+  image: "image",
+  size: "size",
+  ready: "ready",
+  created_at: "createdAt",
+} satisfies WireKeys<wire.Pool, PoolInfo>;
 
 /** @internal */
 export function toPoolInfo(w: Received<wire.Pool>): PoolInfo {
@@ -520,9 +697,46 @@ export function toPoolInfo(w: Received<wire.Pool>): PoolInfo {
   return p;
 }
 
+const inListings = "set in listings of a sandbox's ports only (GET /ports), which the SDK does not make";
+
+const portInfoKeys = {
+  sandbox: "sandbox",
+  port: "port",
+  path: "path",
+  url: "url",
+  host_url: "hostUrl",
+  token: "token",
+  public: "public",
+  listening: { notExposed: inListings },
+  process: { notExposed: inListings },
+} satisfies WireKeys<wire.Port, PortInfo>;
+
 /** @internal */
 export function toPortInfo(w: Received<wire.Port>): PortInfo {
   const p: PortInfo = { sandbox: w.sandbox ?? "", port: w.port, url: w.url, path: w.path, token: w.token, public: !!w.public };
   if (opt(w.host_url)) p.hostUrl = w.host_url;
   return p;
 }
+
+/**
+ * @internal Every conversion with its wire type (by name in wire.ts) and its
+ * key table, for test/wire.test.mjs.
+ */
+export const conversions: readonly { wire: string; type: string; convert: (w: Wire) => unknown; keys: Record<string, string | NotExposed> }[] = [
+  { wire: "Sandbox", type: "SandboxInfo", convert: toSandboxInfo, keys: sandboxKeys },
+  { wire: "Usage", type: "Usage", convert: toUsage, keys: usageKeys },
+  { wire: "NetworkPolicy", type: "NetworkPolicy", convert: toNetworkPolicy, keys: networkPolicyKeys },
+  { wire: "ExecResult", type: "CommandResult", convert: toCommandResult, keys: commandResultKeys },
+  { wire: "Snapshot", type: "Snapshot", convert: toSnapshot, keys: snapshotKeys },
+  { wire: "FileInfo", type: "FileInfo", convert: toFileInfo, keys: fileInfoKeys },
+  { wire: "WriteFileResult", type: "WriteInfo", convert: toWriteInfo, keys: writeInfoKeys },
+  { wire: "Result", type: "Result", convert: toResult, keys: resultKeys },
+  { wire: "ExecutionError", type: "ExecutionError", convert: toExecutionError, keys: executionErrorKeys },
+  { wire: "Logs", type: "Logs", convert: toLogs, keys: logsKeys },
+  { wire: "Execution", type: "Execution", convert: toExecution, keys: executionKeys },
+  { wire: "Context", type: "CodeContext", convert: toCodeContext, keys: codeContextKeys },
+  { wire: "Image", type: "ImageInfo", convert: toImageInfo, keys: imageInfoKeys },
+  { wire: "BuildEvent", type: "BuildEvent", convert: toBuildEvent, keys: buildEventKeys },
+  { wire: "Pool", type: "PoolInfo", convert: toPoolInfo, keys: poolInfoKeys },
+  { wire: "Port", type: "PortInfo", convert: toPortInfo, keys: portInfoKeys },
+];
