@@ -3,7 +3,6 @@ package server
 import (
 	"errors"
 	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,23 +18,6 @@ import (
 
 // These tests need no root: they run the agent's path handling against a
 // temporary directory standing in for the sandbox root, as the current user.
-
-// testServer is a server whose root is a fresh temporary directory.
-func testServer(t *testing.T) (*server, string) {
-	t.Helper()
-	root := t.TempDir()
-	fd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { unix.Close(fd) })
-	s := &server{
-		cfg:    wire.Config{UID: os.Getuid(), GID: os.Getgid(), WorkDir: "/workspace"},
-		log:    slog.New(slog.DiscardHandler),
-		rootFD: fd,
-	}
-	return s, root
-}
 
 func TestCleanPath(t *testing.T) {
 	s := &server{cfg: wire.Config{WorkDir: "/workspace"}}

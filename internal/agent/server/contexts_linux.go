@@ -241,10 +241,7 @@ func (s *server) launch(argv, env []string, dir string) (int, <-chan kernel.Exit
 			Dir:   dir,
 			Env:   full,
 			Files: []*os.File{null, logf, logf},
-			Sys: &syscall.SysProcAttr{
-				Setsid:     true,
-				Credential: &syscall.Credential{Uid: uint32(s.cfg.UID), Gid: uint32(s.cfg.GID), Groups: []uint32{}},
-			},
+			Sys:   &syscall.SysProcAttr{Setsid: true, Credential: s.credential(false)},
 		}
 		proc, d, err := s.reaper.start(bin, argv, attr)
 		if err != nil {

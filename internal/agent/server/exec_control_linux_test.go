@@ -3,10 +3,8 @@ package server
 import (
 	"context"
 	"errors"
-	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,86 +13,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The reaper reaps every child of the test binary: no test of this package
-// may wait for a child of its own (os/exec).
-var (
-	testReaperOnce sync.Once
-	testReaper     *reaper
-)
-
-// execAgent serves a test server's routes on a Unix socket, with commands
-// run as the current user, and returns a client for it.
-func execAgent(t *testing.T) *testAgent {
-	t.Helper()
-	if os.Getuid() != 0 {
-		// Commands start with a credential; only root may set one,
-		// even its own.
-		t.Skip("needs root")
-	}
-	testReaperOnce.Do(func() { testReaper = newReaper() })
-	s, _ := testServer(t)
-	s.reaper = testReaper
-	return serveTestAgent(t, s)
-}
-
-// bgExec runs req in the background; started is closed once the agent
-// reports the start, output collects stdout and stderr, and the result
-// arrives on the returned channel.
-type bgExec struct {
-	started chan struct{}
-	mu      sync.Mutex
-	out     strings.Builder
-	done    chan *wire.ExitStatus
-	err     error
-}
-
-func (b *bgExec) output() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.out.String()
-}
-
-func startBg(t *testing.T, c *testAgent, req *wire.ExecRequest) *bgExec {
-	t.Helper()
-	b := &bgExec{started: make(chan struct{}), done: make(chan *wire.ExitStatus, 1)}
-	var once sync.Once
-	go func() {
-		st, err := c.Exec(context.Background(), req, func(ev wire.ExecEvent) {
-			if ev.Started {
-				once.Do(func() { close(b.started) })
-			}
-			b.mu.Lock()
-			b.out.Write(ev.Data)
-			b.mu.Unlock()
-		})
-		b.err = err
-		once.Do(func() { close(b.started) })
-		b.done <- st
-	}()
-	select {
-	case <-b.started:
-	case <-time.After(10 * time.Second):
-		t.Fatal("exec did not start")
-	}
-	return b
-}
-
-func (b *bgExec) wait(t *testing.T) *wire.ExitStatus {
-	t.Helper()
-	select {
-	case st := <-b.done:
-		if b.err != nil {
-			t.Fatalf("exec: %v", b.err)
-		}
-		return st
-	case <-time.After(10 * time.Second):
-		t.Fatal("exec did not end")
-		return nil
-	}
-}
-
 func TestExecInputKeepsStdin(t *testing.T) {
-	c := execAgent(t)
+	c, _ := startAgent(t)
 	ctx := context.Background()
 	b := startBg(t, c, &wire.ExecRequest{Cmd: "/bin/sh", Args: []string{"-c", "read a; echo got:$a; cat"},
 		Cwd: "/tmp", ID: "keep-1", KeepStdin: true, Stdin: []byte("first\n")})
@@ -123,7 +43,7 @@ func TestExecInputKeepsStdin(t *testing.T) {
 }
 
 func TestExecControlRefusals(t *testing.T) {
-	c := execAgent(t)
+	c, _ := startAgent(t)
 	ctx := context.Background()
 	for _, id := range []string{"bad id", "a/b", strings.Repeat("x", 65), "ü"} {
 		if _, err := c.Exec(ctx, &wire.ExecRequest{Cmd: "/bin/true", Cwd: "/tmp", ID: id}, nil); !errors.Is(err, errdefs.ErrInvalidArgument) {
@@ -178,23 +98,8 @@ func TestExecControlRefusals(t *testing.T) {
 	}
 }
 
-// gone reports whether pid has exited (or is a zombie).
-func gone(pid int) bool {
-	if err := unix.Kill(pid, 0); errors.Is(err, unix.ESRCH) {
-		return true
-	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return true
-	}
-	// pid (comm) S ...: the state follows the last ')'.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i >= 0 && i+2 < len(s) && s[i+2] == 'Z'
-}
-
 func TestExecSignalKillsGroup(t *testing.T) {
-	c := execAgent(t)
+	c, _ := startAgent(t)
 	b := startBg(t, c, &wire.ExecRequest{Cmd: "/bin/sh", Args: []string{"-c", "sleep 100 & echo $!; wait"}, Cwd: "/tmp", ID: "group"})
 	var child int
 	deadline := time.Now().Add(10 * time.Second)

@@ -4,83 +4,39 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/forkbox/forkbox/internal/agent/client"
 	"github.com/forkbox/forkbox/internal/agent/wire"
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/kernel"
 )
 
-// testAgent is the daemon's client for a test server, served on a Unix
-// socket, and a plain HTTP client for the requests the daemon's client
-// never sends (malformed or over its limits).
-type testAgent struct {
-	*client.Client
-	raw *http.Client
-}
-
-// serveTestAgent serves s's routes on a Unix socket and returns a client.
-func serveTestAgent(t *testing.T, s *server) *testAgent {
+// kernelAgent serves a test server that starts the host's Python kernels
+// (its kernelspecs, /usr/share/jupyter/kernels), with a home and a workdir
+// of its own. It skips when there is no python kernelspec or its python
+// lacks ipykernel, which it asks the agent to find out: no test may start a
+// process of its own (see testReaper).
+func kernelAgent(t *testing.T) (*server, *testAgent) {
 	t.Helper()
-	if s.ctxs.byID == nil {
-		s.ctxs.byID = map[string]*codeContext{}
-	}
-	sock := filepath.Join(t.TempDir(), wire.SocketName)
-	ln, err := net.Listen("unix", sock)
+	s, _ := testServer(t)
+	home, work := t.TempDir(), t.TempDir()
+	s.cfg.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + home, "LANG=C.UTF-8", "MPLBACKEND=Agg"}
+	s.cfg.WorkDir = work
+	s.kernelDir = filepath.Join(t.TempDir(), "kernels")
+	c := serveTestAgent(t, s)
+	spec, err := s.resolveSpec("python")
 	if err != nil {
-		t.Fatal(err)
+		t.Skipf("no python kernelspec: %v", err)
 	}
-	srv := &http.Server{Handler: s.routes()}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	c := client.New(sock)
-	t.Cleanup(c.Close)
-	raw := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", sock)
-	}}}
-	t.Cleanup(raw.CloseIdleConnections)
-	return &testAgent{Client: c, raw: raw}
-}
-
-// send sends body to path as it is and returns the agent's error answer
-// as the daemon's client does: its message, of the kind its code names.
-func (a *testAgent) send(ctx context.Context, method, path, body string) error {
-	req, err := http.NewRequestWithContext(ctx, method, "http://agent"+path, strings.NewReader(body))
-	if err != nil {
-		return err
+	st, b := runExec(t, c, &wire.ExecRequest{Cmd: spec.Argv[0], Args: []string{"-c", "import ipykernel"}})
+	if st.Code != 0 {
+		t.Skipf("the python kernelspec's %s has no ipykernel (install python3-ipykernel): %s", spec.Argv[0], b.output())
 	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := a.raw.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode < 300 {
-		return nil
-	}
-	var eb wire.ErrorBody
-	if err := json.NewDecoder(resp.Body).Decode(&eb); err != nil {
-		return fmt.Errorf("HTTP %d: %w", resp.StatusCode, err)
-	}
-	return fmt.Errorf("%s (HTTP %d): %w", eb.Error.Message, resp.StatusCode, errdefs.FromCode(eb.Error.Code))
-}
-
-// sendJSON sends v as JSON (see send).
-func (a *testAgent) sendJSON(ctx context.Context, path string, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	return a.send(ctx, http.MethodPost, path, string(b))
+	return s, c
 }
 
 // addTestContext registers a context that has no kernel.
@@ -90,13 +46,6 @@ func addTestContext(s *server, id string) *codeContext {
 	s.ctxs.byID[id] = c
 	s.ctxs.mu.Unlock()
 	return c
-}
-
-func wantKind(t *testing.T, what string, err, kind error) {
-	t.Helper()
-	if !errors.Is(err, kind) {
-		t.Errorf("%s: %v, want %v", what, err, kind)
-	}
 }
 
 // TestJupyterCalls exercises the Jupyter endpoints and their client on
@@ -233,26 +182,10 @@ func TestCreateContextID(t *testing.T) {
 
 // TestJupyterKernel drives a real ipykernel through the agent as the
 // daemon's gateway does: raw messages in, the log out, next to forkbox's
-// own cells, across a restart and a death. It needs root (kernels start
-// with a credential) and the host's python3 with ipykernel.
+// own cells, across a restart and a death. It needs the host's python3 with
+// ipykernel.
 func TestJupyterKernel(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Skip("needs root")
-	}
-	if m, _ := filepath.Glob("/usr/lib/python3/dist-packages/ipykernel"); len(m) == 0 {
-		t.Skip("the host's python3 has no ipykernel (python3-ipykernel)")
-	}
-	testReaperOnce.Do(func() { testReaper = newReaper() })
-	s, _ := testServer(t)
-	s.reaper = testReaper
-	home, work := t.TempDir(), t.TempDir()
-	s.cfg.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + home, "LANG=C.UTF-8", "MPLBACKEND=Agg"}
-	s.cfg.WorkDir = work
-	s.kernelDir = filepath.Join(t.TempDir(), "kernels")
-	c := serveTestAgent(t, s)
-	if _, err := s.resolveSpec("python"); err != nil {
-		t.Skipf("no python kernelspec: %v", err)
-	}
+	_, c := kernelAgent(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	t.Cleanup(func() { c.DeleteContext(context.Background(), "default-python3") })

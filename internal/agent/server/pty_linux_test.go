@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,66 +11,10 @@ import (
 	"github.com/forkbox/forkbox/internal/errdefs"
 )
 
-// ptyExec is an exec with a PTY running in the background.
-type ptyExec struct {
-	mu      sync.Mutex
-	out     strings.Builder
-	streams map[string]bool
-	started chan struct{}
-	done    chan *wire.ExitStatus
-	err     error
-}
-
-func (p *ptyExec) output() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.out.String()
-}
-
-// waitFor waits until the output contains want.
-func (p *ptyExec) waitFor(t *testing.T, want string) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(p.output(), want) {
-		if time.Now().After(deadline) {
-			t.Fatalf("output %q: no %q", p.output(), want)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-func startPTY(t *testing.T, c *testAgent, req *wire.ExecRequest) *ptyExec {
-	t.Helper()
-	p := &ptyExec{streams: map[string]bool{}, started: make(chan struct{}), done: make(chan *wire.ExitStatus, 1)}
-	var once sync.Once
-	go func() {
-		st, err := c.Exec(context.Background(), req, func(ev wire.ExecEvent) {
-			if ev.Started {
-				once.Do(func() { close(p.started) })
-			}
-			p.mu.Lock()
-			if ev.Stream != "" {
-				p.streams[ev.Stream] = true
-			}
-			p.out.Write(ev.Data)
-			p.mu.Unlock()
-		})
-		p.err = err
-		once.Do(func() { close(p.started) })
-		p.done <- st
-	}()
-	select {
-	case <-p.started:
-	case <-time.After(10 * time.Second):
-		t.Fatal("exec did not start")
-	}
-	return p
-}
-
 func TestExecPTY(t *testing.T) {
-	c := execAgent(t)
+	c, _ := startAgent(t)
 	ctx := context.Background()
-	p := startPTY(t, c, &wire.ExecRequest{Cmd: "/bin/sh", Args: []string{"-c",
+	p := startBg(t, c, &wire.ExecRequest{Cmd: "/bin/sh", Args: []string{"-c",
 		"test -t 0 && test -t 1 && test -t 2 && stty size; read a; stty size; echo got:$a; exit 3"},
 		Cwd: "/tmp", ID: "pty-1", PTY: &wire.PTYSize{Cols: 80, Rows: 24}})
 	p.waitFor(t, "24 80")
@@ -81,15 +24,7 @@ func TestExecPTY(t *testing.T) {
 	if err := c.ExecInput(ctx, "pty-1", []byte("hello\n"), false); err != nil {
 		t.Fatal(err)
 	}
-	var st *wire.ExitStatus
-	select {
-	case st = <-p.done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("exec did not end")
-	}
-	if p.err != nil {
-		t.Fatal(p.err)
-	}
+	st := p.wait(t)
 	out := p.output()
 	// The terminal echoes the input and ends lines with CR LF.
 	for _, want := range []string{"24 80\r\n", "hello\r\n", "30 100\r\n", "got:hello\r\n"} {
@@ -101,7 +36,7 @@ func TestExecPTY(t *testing.T) {
 		t.Errorf("exit %+v, want code 3", st)
 	}
 	p.mu.Lock()
-	if len(p.streams) != 1 || !p.streams["pty"] {
+	if _, ok := p.streams["pty"]; len(p.streams) != 1 || !ok {
 		t.Errorf("streams %v, want pty only", p.streams)
 	}
 	p.mu.Unlock()
@@ -114,9 +49,9 @@ func TestExecPTY(t *testing.T) {
 // A signal reaches the terminal's session; a ^C typed reaches its
 // foreground group as SIGINT.
 func TestExecPTYInterrupt(t *testing.T) {
-	c := execAgent(t)
+	c, _ := startAgent(t)
 	ctx := context.Background()
-	p := startPTY(t, c, &wire.ExecRequest{Cmd: "/bin/sh", Args: []string{"-c", "echo ready; exec sleep 100"},
+	p := startBg(t, c, &wire.ExecRequest{Cmd: "/bin/sh", Args: []string{"-c", "echo ready; exec sleep 100"},
 		Cwd: "/tmp", ID: "pty-2", PTY: &wire.PTYSize{Cols: 80, Rows: 24}})
 	p.waitFor(t, "ready")
 	time.Sleep(100 * time.Millisecond) // sleep has replaced the shell
@@ -138,7 +73,7 @@ func TestExecPTYInterrupt(t *testing.T) {
 }
 
 func TestExecPTYErrors(t *testing.T) {
-	c := execAgent(t)
+	c, _ := startAgent(t)
 	ctx := context.Background()
 	for _, req := range []*wire.ExecRequest{
 		{Cmd: "/bin/true", PTY: &wire.PTYSize{Cols: 80, Rows: 24}},             // no id

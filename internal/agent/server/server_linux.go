@@ -208,12 +208,27 @@ func lookPath(cmd string, env []string) (string, error) {
 	return "", fmt.Errorf("%s: command not found", cmd)
 }
 
-// credential is who a command runs as: the sandbox user, or root in a build.
+// credential is who a command or kernel runs as: the sandbox user, or root
+// for a build's root command, with no supplementary groups.
+//
+// It is nil in one case only: the agent is not root and already is that
+// very user (its real and effective uid and gid). Then the child needs no
+// change of identity, and none is possible: setgroups needs CAP_SETGID
+// even to empty the list. The child then keeps the agent's own groups,
+// which grant it nothing that user did not hold. That case is the agent's
+// tests run as an ordinary user; in a sandbox the agent is root of the
+// sandbox's user namespace (uid 0), so every command and kernel starts with
+// a credential and its groups cleared, the sandbox user's too when it is
+// root.
 func (s *server) credential(root bool) *syscall.Credential {
+	uid, gid := s.cfg.UID, s.cfg.GID
 	if root {
-		return &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}}
+		uid, gid = 0, 0
 	}
-	return &syscall.Credential{Uid: uint32(s.cfg.UID), Gid: uint32(s.cfg.GID), Groups: []uint32{}}
+	if uid != 0 && os.Getuid() == uid && os.Geteuid() == uid && os.Getgid() == gid && os.Getegid() == gid {
+		return nil
+	}
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}
 }
 
 // asCaller runs fn with the identity a command runs as: the user's (on a

@@ -11,17 +11,6 @@ import (
 	"github.com/forkbox/forkbox/internal/agent/wire"
 )
 
-// watchAgent serves a test server whose sandbox root is a temp dir, and
-// returns a client and that root.
-func watchAgent(t *testing.T) (*testAgent, string) {
-	t.Helper()
-	if os.Getuid() != 0 {
-		t.Skip("needs root (the agent watches as the sandbox user)")
-	}
-	s, root := testServer(t)
-	return serveTestAgent(t, s), root
-}
-
 type watchLog struct {
 	mu      sync.Mutex
 	events  []wire.WatchEvent
@@ -50,20 +39,10 @@ func (l *watchLog) has(name, op string) bool {
 	return false
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if cond() {
-			return
-		}
-	}
-	t.Fatalf("no %s", what)
-}
-
 // A recursive watch reports creates, writes, removes and renames, in new
 // subdirectories too; a symlink in the tree is not followed into.
 func TestWatch(t *testing.T) {
-	c, root := watchAgent(t)
+	c, root := startAgent(t)
 	w := filepath.Join(root, "w")
 	outside := filepath.Join(root, "outside")
 	for _, d := range []string{w, outside} {
@@ -125,7 +104,7 @@ func TestWatch(t *testing.T) {
 
 // Watching what is not a readable directory fails at once.
 func TestWatchRefused(t *testing.T) {
-	c, root := watchAgent(t)
+	c, root := startAgent(t)
 	if err := os.WriteFile(filepath.Join(root, "file"), []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
