@@ -4,11 +4,13 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/forkbox/forkbox/internal/agent/wire"
+	"github.com/forkbox/forkbox/internal/errdefs"
 )
 
 type watchLog struct {
@@ -39,6 +41,38 @@ func (l *watchLog) has(name, op string) bool {
 	return false
 }
 
+// startWatch starts a watch and returns once the agent confirmed it: its
+// events, the cancel that ends it, and where its end is told.
+func startWatch(t *testing.T, c *testAgent, p string, recursive bool) (*watchLog, context.CancelFunc, <-chan error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	log := &watchLog{started: make(chan struct{})}
+	done := make(chan error, 1)
+	go func() { done <- c.Watch(ctx, p, recursive, log.add) }()
+	select {
+	case <-log.started:
+	case err := <-done:
+		t.Fatalf("watch ended before it started: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watch did not start")
+	}
+	return log, cancel, done
+}
+
+// endWatch waits for the end of a cancelled watch.
+func endWatch(t *testing.T, done <-chan error) {
+	t.Helper()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Watch after cancel: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watch did not end with its context")
+	}
+}
+
 // A recursive watch reports creates, writes, removes and renames, in new
 // subdirectories too; a symlink in the tree is not followed into.
 func TestWatch(t *testing.T) {
@@ -53,18 +87,7 @@ func TestWatch(t *testing.T) {
 	if err := os.Symlink("/outside", filepath.Join(w, "link")); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	log := &watchLog{started: make(chan struct{})}
-	done := make(chan error, 1)
-	go func() { done <- c.Watch(ctx, "/w", true, log.add) }()
-	select {
-	case <-log.started:
-	case err := <-done:
-		t.Fatalf("watch ended before it started: %v", err)
-	case <-time.After(5 * time.Second):
-		t.Fatal("the watch did not start")
-	}
+	log, cancel, done := startWatch(t, c, "/w", true)
 	must := func(err error) {
 		t.Helper()
 		if err != nil {
@@ -92,14 +115,7 @@ func TestWatch(t *testing.T) {
 		t.Fatal("a change beyond a symlink was reported")
 	}
 	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Watch after cancel: %v", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the watch did not end with its context")
-	}
+	endWatch(t, done)
 }
 
 // Watching what is not a readable directory fails at once.
@@ -116,4 +132,68 @@ func TestWatchRefused(t *testing.T) {
 			t.Errorf("watching %q: no error", p)
 		}
 	}
+}
+
+// TestWatchOps: a plain watch reports chmods and its own removal and not
+// what happens below its subdirectories; the agent's own write lands as a
+// create and a write of its name, its temp file unseen; a watch of / names
+// changes from there.
+func TestWatchOps(t *testing.T) {
+	c, root := startAgent(t)
+	ctx := context.Background()
+	makeTree(t, root, map[string]string{"w/sub/": "", "w/f": "x"})
+	w := filepath.Join(root, "w")
+	log, cancel, done := startWatch(t, c, "/w", false)
+	rootLog, _, _ := startWatch(t, c, "/", true)
+	if err := os.Chmod(filepath.Join(w, "f"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "chmod f", func() bool { return log.has("f", "chmod") })
+	if _, _, err := c.WriteFile(ctx, "/w/put.txt", 0, strings.NewReader("via the agent")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "create and write of put.txt", func() bool { return log.has("put.txt", "create") && log.has("put.txt", "write") })
+	waitFor(t, "w/put.txt from /", func() bool { return rootLog.has("w/put.txt", "write") })
+	if err := os.WriteFile(filepath.Join(w, "sub", "deep"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "w/sub/deep from /", func() bool { return rootLog.has("w/sub/deep", "create") })
+	if err := os.RemoveAll(w); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "removal of the watched directory", func() bool { return log.has("", "remove") })
+	log.mu.Lock()
+	for _, e := range log.events {
+		if strings.HasPrefix(e.Name, "sub/") || tempFileRE.MatchString(e.Name) {
+			t.Errorf("event %+v", e)
+		}
+	}
+	log.mu.Unlock()
+	cancel()
+	endWatch(t, done)
+}
+
+// TestWatchLimit: at most maxWatches watches run at once; one whose client
+// went away is let go, and its place taken.
+func TestWatchLimit(t *testing.T) {
+	c, root := startAgent(t)
+	makeTree(t, root, map[string]string{"w/": ""})
+	var cancels []context.CancelFunc
+	var dones []<-chan error
+	for range maxWatches {
+		_, cancel, done := startWatch(t, c, "/w", false)
+		cancels = append(cancels, cancel)
+		dones = append(dones, done)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	wantKind(t, "one watch too many", c.Watch(ctx, "/w", false, func(wire.WatchEvent) {}), errdefs.ErrResourceExhausted)
+	for i, cancel := range cancels {
+		cancel()
+		endWatch(t, dones[i])
+	}
+	waitFor(t, "the end of the watches", func() bool { return activeWatches.Load() == 0 })
+	_, cancel, done := startWatch(t, c, "/w", false)
+	cancel()
+	endWatch(t, done)
 }
