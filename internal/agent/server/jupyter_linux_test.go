@@ -28,6 +28,24 @@ func kernelAgent(t *testing.T) (*server, *testAgent) {
 	s.cfg.WorkDir = work
 	s.kernelDir = filepath.Join(t.TempDir(), "kernels")
 	c := serveTestAgent(t, s)
+	// Before the server closes: no kernel outlives its test.
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		s.ctxs.mu.Lock()
+		var ks []*kernel.Kernel
+		for _, cx := range s.ctxs.byID {
+			cx.mu.Lock()
+			if cx.k != nil {
+				ks = append(ks, cx.k)
+			}
+			cx.mu.Unlock()
+		}
+		s.ctxs.mu.Unlock()
+		for _, k := range ks {
+			s.asUser(func() error { return k.Shutdown(ctx) })
+		}
+	})
 	spec, err := s.resolveSpec("python")
 	if err != nil {
 		t.Skipf("no python kernelspec: %v", err)
