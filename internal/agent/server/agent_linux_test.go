@@ -72,12 +72,17 @@ func serveTestAgent(t *testing.T, s *server) *testAgent {
 	if s.ctxs.byID == nil {
 		s.ctxs.byID = map[string]*codeContext{}
 	}
+	return serveHTTP(t, s.httpServer())
+}
+
+// serveHTTP serves srv on a Unix socket and returns clients for it.
+func serveHTTP(t *testing.T, srv *http.Server) *testAgent {
+	t.Helper()
 	sock := filepath.Join(t.TempDir(), wire.SocketName)
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: s.routes()}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 	c := client.New(sock)

@@ -114,8 +114,12 @@ func run(status *os.File) error {
 		fmt.Fprintln(status, "ok")
 		status.Close()
 	}
-	srv := &http.Server{Handler: s.routes(), ReadHeaderTimeout: 30 * time.Second}
-	return srv.Serve(ln)
+	return s.httpServer().Serve(ln)
+}
+
+// httpServer is the agent's HTTP server (its tests serve with it too).
+func (s *server) httpServer() *http.Server {
+	return &http.Server{Handler: s.routes(), ReadHeaderTimeout: 30 * time.Second}
 }
 
 type server struct {
