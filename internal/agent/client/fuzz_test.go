@@ -51,7 +51,7 @@ func (a *fakeAgent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // startFakeAgent serves a on a Unix socket in a temporary directory and
 // returns a client for it.
-func startFakeAgent(tb testing.TB, a *fakeAgent) *Client {
+func startFakeAgent(tb testing.TB, a http.Handler) *Client {
 	tb.Helper()
 	sock := filepath.Join(tb.TempDir(), wire.SocketName)
 	ln, err := net.Listen("unix", sock)
