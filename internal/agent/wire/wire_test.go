@@ -1,9 +1,26 @@
 package wire
 
 import (
+	"errors"
 	"strings"
 	"testing"
+
+	"github.com/forkbox/forkbox/internal/errdefs"
 )
+
+// TestPTYSizeCheck: columns and rows are 1 to MaxPTYSize each.
+func TestPTYSizeCheck(t *testing.T) {
+	for _, sz := range []PTYSize{{1, 1}, {80, 24}, {MaxPTYSize, MaxPTYSize}} {
+		if err := sz.Check(); err != nil {
+			t.Errorf("%+v: %v", sz, err)
+		}
+	}
+	for _, sz := range []PTYSize{{0, 24}, {80, 0}, {MaxPTYSize + 1, 24}, {80, MaxPTYSize + 1}, {65535, 65535}} {
+		if err := sz.Check(); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			t.Errorf("%+v: %v, want invalid argument", sz, err)
+		}
+	}
+}
 
 // FuzzMergeEnv checks MergeEnv on environments from API clients and images
 // (newline-separated here): every variable appears once, with the value of
