@@ -95,6 +95,12 @@ func (s *server) handleWatch(w http.ResponseWriter, r *http.Request) {
 	last := time.Now()
 	for {
 		in.SetReadDeadline(time.Now().Add(watchKeepalive))
+		// The goroutine above may have set its deadline before the line
+		// above replaced it: then the read would wait for an event or
+		// the keepalive, with the client gone.
+		if ctx.Err() != nil {
+			return
+		}
 		n, err := in.Read(buf)
 		if ctx.Err() != nil {
 			return

@@ -197,3 +197,20 @@ func TestWatchLimit(t *testing.T) {
 	cancel()
 	endWatch(t, done)
 }
+
+// TestWatchCancelledAtOnce: a watch whose client goes away as soon as it
+// started ends at once, not at its next keepalive.
+func TestWatchCancelledAtOnce(t *testing.T) {
+	c, root := startAgent(t)
+	makeTree(t, root, map[string]string{"w/": ""})
+	for range 20 {
+		start := time.Now()
+		_, cancel, done := startWatch(t, c, "/w", false)
+		cancel()
+		endWatch(t, done)
+		waitFor(t, "the watch's end in the agent", func() bool { return activeWatches.Load() == 0 })
+		if d := time.Since(start); d > 5*time.Second {
+			t.Fatalf("a cancelled watch took %s to end", d)
+		}
+	}
+}
