@@ -192,15 +192,31 @@ func TestCodeContextLifecycle(t *testing.T) {
 	}
 
 	// An interrupt stops the running cell; the context keeps its state.
+	// (Only once the cell runs: the context is busy from the call's start,
+	// and ipykernel ignores SIGINT between cells.)
 	running := make(chan *client.CodeDone, 1)
+	started := make(chan struct{})
+	var once sync.Once
 	go func() {
-		done, err := c.RunCode(ctx, &wire.CodeRequest{Code: "import time\nwhile True: time.sleep(0.05)", Context: "ctx_0000beef"}, nil)
+		done, err := c.RunCode(ctx, &wire.CodeRequest{Code: "import time\nprint('running', flush=True)\nwhile True: time.sleep(0.05)", Context: "ctx_0000beef"},
+			func(ev wire.CodeEvent) {
+				if ev.Type == "stdout" {
+					once.Do(func() { close(started) })
+				}
+			})
 		if err != nil {
 			t.Errorf("the interrupted cell: %v", err)
 		}
 		running <- done
 	}()
-	waitFor(t, "a busy context", func() bool { return contextNamed(t, ctx, c, "ctx_0000beef").State == "busy" })
+	select {
+	case <-started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the cell did not start")
+	}
+	if cx := contextNamed(t, ctx, c, "ctx_0000beef"); cx.State != "busy" {
+		t.Errorf("a context running a cell: %+v", cx)
+	}
 	if _, err := c.InterruptContext(ctx, "ctx_0000beef"); err != nil {
 		t.Fatal(err)
 	}
