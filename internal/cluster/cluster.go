@@ -494,16 +494,10 @@ func (n *Node) RouteSandbox(w http.ResponseWriter, r *http.Request, ref string) 
 
 // routeCreate places a create.
 func (n *Node) routeCreate(w http.ResponseWriter, r *http.Request) (bool, error) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxCreateBody+1))
+	body, err := bufferBody(r)
 	if err != nil {
-		return false, errdefs.InvalidArgument("read request body: %v", err)
+		return false, err
 	}
-	r.Body.Close()
-	if len(body) > maxCreateBody {
-		return false, errdefs.InvalidArgument("request body is larger than %d bytes", maxCreateBody)
-	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	r.ContentLength = int64(len(body))
 	var req api.CreateSandboxRequest
 	if len(body) > 0 && json.Unmarshal(body, &req) != nil {
 		return false, nil // the handler here explains what is wrong with it
@@ -522,20 +516,30 @@ func (n *Node) routeCreate(w http.ResponseWriter, r *http.Request) (bool, error)
 	return true, nil
 }
 
+// bufferBody reads r's body (at most maxCreateBody bytes) to decide where
+// the request goes, and puts it back for whoever serves it.
+func bufferBody(r *http.Request) ([]byte, error) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxCreateBody+1))
+	if err != nil {
+		return nil, errdefs.InvalidArgument("read request body: %v", err)
+	}
+	r.Body.Close()
+	if len(body) > maxCreateBody {
+		return nil, errdefs.InvalidArgument("request body is larger than %d bytes", maxCreateBody)
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
+	return body, nil
+}
+
 // routeKernelStart places a Jupyter kernel start: one in an existing
 // sandbox (KERNEL_FORKBOX_SANDBOX in its env) goes to that sandbox's node; a
 // kernel in a new sandbox starts here.
 func (n *Node) routeKernelStart(w http.ResponseWriter, r *http.Request) (bool, error) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxCreateBody+1))
+	body, err := bufferBody(r)
 	if err != nil {
-		return false, errdefs.InvalidArgument("read request body: %v", err)
+		return false, err
 	}
-	r.Body.Close()
-	if len(body) > maxCreateBody {
-		return false, errdefs.InvalidArgument("request body is larger than %d bytes", maxCreateBody)
-	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	r.ContentLength = int64(len(body))
 	var req struct {
 		Env map[string]any `json:"env"`
 	}
