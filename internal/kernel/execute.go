@@ -117,12 +117,7 @@ func (k *Kernel) run(ctx context.Context, p *proc, code string, onEvent func(Eve
 		Code: code, Silent: silent, StoreHistory: !silent, UserExpressions: map[string]any{},
 	}, in)
 	if err != nil {
-		select {
-		case <-p.dead:
-			return nil, &deadError{p.describe()}
-		default:
-			return nil, err
-		}
+		return c.sendFailed(p, err)
 	}
 	defer p.unregister(id)
 
@@ -167,6 +162,25 @@ func (k *Kernel) run(ctx context.Context, p *proc, code string, onEvent func(Eve
 		c.fail(timeoutError(ctx, began, "; the cell was interrupted and the context's variables are kept"))
 	}
 	return c.ex, nil
+}
+
+// sendFailed is the outcome of a cell whose execute_request could not be
+// sent. The process was alive when the cell took its turn; its sockets
+// close only once it exited (watch), just before dead closes, so a send that
+// failed because the kernel died with the request in flight (a cell that
+// kills the kernel can get there under load) is the cell's KernelDied, as a
+// death later in the cell would be. A send that fails while the process
+// lives is an error.
+func (c *cell) sendFailed(p *proc, err error) (*Execution, error) {
+	t := time.NewTimer(deadAfterSendGrace)
+	defer t.Stop()
+	select {
+	case <-p.dead:
+		c.fail(&ExecError{Name: "KernelDied", Value: "the kernel " + p.describe(), Traceback: []string{}})
+		return c.ex, nil
+	case <-t.C:
+		return nil, err
+	}
 }
 
 // cell is the state of one execution while its messages arrive.

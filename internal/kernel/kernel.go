@@ -62,6 +62,9 @@ const (
 	// eofGrace bounds the wait, once the process exited, for what it sent
 	// before dying to be read from iopub.
 	eofGrace = 250 * time.Millisecond
+	// deadAfterSendGrace bounds the wait, after a send failed, for the
+	// process's death to be recorded (its sockets close just before).
+	deadAfterSendGrace = time.Second
 	// kernelInfoRetry: kernel_info_request is resent this often until iopub
 	// delivers (a SUB connection misses what was published before its
 	// subscription reached the kernel).
