@@ -1,7 +1,8 @@
 // Package apigen generates the API's description from its sources: the
-// OpenAPI document the daemon serves (internal/httpapi/openapi.json) and
+// OpenAPI document the daemon serves (internal/httpapi/openapi.json),
 // the wire types of the TypeScript and Python SDKs (sdk/js/src/wire.ts,
-// sdk/python/forkbox/wire.py).
+// sdk/python/forkbox/wire.py), and a human-readable reference laid out from
+// that document (docs/API-reference.md).
 //
 // What can be derived is: the schemas' shapes come from the Go types of
 // package api by reflection (JSON names; a field without omitempty is
@@ -178,7 +179,11 @@ func Generate(root string) (map[string][]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("wire.py: %w", err)
 	}
-	return map[string][]byte{OpenAPIPath: spec, TSPath: ts, PythonPath: py}, nil
+	ref, err := markdown(doc)
+	if err != nil {
+		return nil, fmt.Errorf("API-reference.md: %w", err)
+	}
+	return map[string][]byte{OpenAPIPath: spec, TSPath: ts, PythonPath: py, ReferencePath: ref}, nil
 }
 
 // gen derives schemas from Go types.
