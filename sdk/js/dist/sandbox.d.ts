@@ -48,8 +48,18 @@ export interface SandboxCreateOptions extends ConnectionOptions, CallOptions {
      * false makes such calls fail with a ConflictError.
      */
     autoResume?: boolean;
+    /**
+     * Suspend rather than terminate when idle past timeoutSecs, even without
+     * a name (named sandboxes always suspend).
+     */
+    suspendOnIdle?: boolean;
     /** Take a ready sandbox of this warm pool. */
     pool?: string;
+    /**
+     * Run the sandbox on this node of a cluster (default: the daemon places
+     * it on a node with room).
+     */
+    node?: string;
 }
 /** Filters of {@link Sandbox.list}. */
 export interface SandboxListOptions extends ConnectionOptions, CallOptions {

@@ -22,29 +22,41 @@ import { networkWire, toCodeContext, toCommandResult, toExecution, toExecutionEr
 // Node 18.18+ and 20.4+ define Symbol.asyncDispose; older runtimes get the
 // symbol TypeScript's `await using` helper looks for.
 Symbol.asyncDispose ??= Symbol.for("Symbol.asyncDispose");
+/**
+ * Which option carries each key of the create request: a key the API adds,
+ * renames or drops fails to compile here, naming it.
+ */
+const createKeys = {
+    name: "name",
+    image: "image",
+    snapshot_id: "snapshotId",
+    cpus: "cpus",
+    memory_mb: "memoryMb",
+    disk_mb: "diskMb",
+    pids_limit: "pidsLimit",
+    timeout_secs: "timeoutSecs",
+    max_lifetime_secs: "maxLifetimeSecs",
+    allow_internet_access: "allowInternetAccess",
+    network: "network",
+    env: "env",
+    labels: "labels",
+    auto_resume: "autoResume",
+    suspend_on_idle: "suspendOnIdle",
+    pool: "pool",
+    node: "node",
+};
 function createBody(o) {
     const b = {};
-    const set = (k, v) => {
+    for (const [key, option] of Object.entries(createKeys)) {
+        const v = o[option];
         if (v !== undefined && v !== null)
-            b[k] = v;
-    };
-    set("name", o.name);
-    set("image", o.image);
-    set("snapshot_id", o.snapshotId);
-    set("cpus", o.cpus);
-    set("memory_mb", o.memoryMb);
-    set("disk_mb", o.diskMb);
-    set("pids_limit", o.pidsLimit);
-    set("timeout_secs", o.timeoutSecs);
-    set("max_lifetime_secs", o.maxLifetimeSecs);
-    if (o.allowInternetAccess)
-        b.allow_internet_access = true;
+            b[key] = v;
+    }
+    // Only true is sent: false is the default.
+    if (!o.allowInternetAccess)
+        delete b.allow_internet_access;
     if (o.network)
         b.network = networkWire(o.network);
-    set("env", o.env);
-    set("labels", o.labels);
-    set("auto_resume", o.autoResume);
-    set("pool", o.pool);
     return b;
 }
 /**

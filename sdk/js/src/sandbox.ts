@@ -44,8 +44,10 @@ import {
   type SandboxState,
   type Snapshot,
   type Wire,
+  type WireKeys,
   type WriteInfo,
 } from "./types.js";
+import type * as wire from "./wire.js";
 
 // Node 18.18+ and 20.4+ define Symbol.asyncDispose; older runtimes get the
 // symbol TypeScript's `await using` helper looks for.
@@ -81,8 +83,18 @@ export interface SandboxCreateOptions extends ConnectionOptions, CallOptions {
    * false makes such calls fail with a ConflictError.
    */
   autoResume?: boolean;
+  /**
+   * Suspend rather than terminate when idle past timeoutSecs, even without
+   * a name (named sandboxes always suspend).
+   */
+  suspendOnIdle?: boolean;
   /** Take a ready sandbox of this warm pool. */
   pool?: string;
+  /**
+   * Run the sandbox on this node of a cluster (default: the daemon places
+   * it on a node with room).
+   */
+  node?: string;
 }
 
 /** Filters of {@link Sandbox.list}. */
@@ -170,27 +182,40 @@ export interface RemoveOptions extends CallOptions {
 /** What {@link Files.write} takes. */
 export type FileData = string | Uint8Array | ArrayBuffer | Blob | ReadableStream<Uint8Array>;
 
-function createBody(o: SandboxCreateOptions): Wire {
+/**
+ * Which option carries each key of the create request: a key the API adds,
+ * renames or drops fails to compile here, naming it.
+ */
+const createKeys = {
+  name: "name",
+  image: "image",
+  snapshot_id: "snapshotId",
+  cpus: "cpus",
+  memory_mb: "memoryMb",
+  disk_mb: "diskMb",
+  pids_limit: "pidsLimit",
+  timeout_secs: "timeoutSecs",
+  max_lifetime_secs: "maxLifetimeSecs",
+  allow_internet_access: "allowInternetAccess",
+  network: "network",
+  env: "env",
+  labels: "labels",
+  auto_resume: "autoResume",
+  suspend_on_idle: "suspendOnIdle",
+  pool: "pool",
+  node: "node",
+} satisfies WireKeys<wire.CreateSandboxRequest, SandboxCreateOptions>;
+
+function createBody(o: SandboxCreateOptions): wire.CreateSandboxRequest {
   const b: Wire = {};
-  const set = (k: string, v: unknown) => {
-    if (v !== undefined && v !== null) b[k] = v;
-  };
-  set("name", o.name);
-  set("image", o.image);
-  set("snapshot_id", o.snapshotId);
-  set("cpus", o.cpus);
-  set("memory_mb", o.memoryMb);
-  set("disk_mb", o.diskMb);
-  set("pids_limit", o.pidsLimit);
-  set("timeout_secs", o.timeoutSecs);
-  set("max_lifetime_secs", o.maxLifetimeSecs);
-  if (o.allowInternetAccess) b.allow_internet_access = true;
+  for (const [key, option] of Object.entries(createKeys)) {
+    const v = o[option];
+    if (v !== undefined && v !== null) b[key] = v;
+  }
+  // Only true is sent: false is the default.
+  if (!o.allowInternetAccess) delete b.allow_internet_access;
   if (o.network) b.network = networkWire(o.network);
-  set("env", o.env);
-  set("labels", o.labels);
-  set("auto_resume", o.autoResume);
-  set("pool", o.pool);
-  return b;
+  return b as wire.CreateSandboxRequest;
 }
 
 /**

@@ -6,6 +6,7 @@
 import { test, describe, before, after, beforeEach } from "node:test";
 import assert from "node:assert/strict";
 import { createServer } from "node:http";
+import { readFileSync } from "node:fs";
 import { mkdtemp, mkdir, writeFile, symlink, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -134,12 +135,17 @@ describe("connection", () => {
       cpus: 1.5,
       memoryMb: 2048,
       diskMb: 4096,
+      pidsLimit: 256,
       timeoutSecs: 600,
+      maxLifetimeSecs: 3600,
       allowInternetAccess: true,
+      network: { allowOut: ["*.pypi.org"] },
       env: { A: "1" },
       labels: { user: "alice" },
       autoResume: false,
+      suspendOnIdle: true,
       pool: "warm",
+      node: "b",
     });
     const [r] = requests;
     assert.equal(r.method, "POST");
@@ -154,13 +160,24 @@ describe("connection", () => {
       cpus: 1.5,
       memory_mb: 2048,
       disk_mb: 4096,
+      pids_limit: 256,
       timeout_secs: 600,
+      max_lifetime_secs: 3600,
       allow_internet_access: true,
+      network: { allow_out: ["*.pypi.org"] },
       env: { A: "1" },
       labels: { user: "alice" },
       auto_resume: false,
+      suspend_on_idle: true,
       pool: "warm",
+      node: "b",
     });
+    // Every option was set: every key of the API's create request is sent
+    // (the generated wire type, src/wire.ts).
+    const wireSrc = readFileSync(join(import.meta.dirname, "..", "src", "wire.ts"), "utf8");
+    const decl = wireSrc.slice(wireSrc.indexOf("export interface CreateSandboxRequest {"));
+    const keys = [...decl.slice(0, decl.indexOf("\n}")).matchAll(/^  ([a-z_]+)\??:/gm)].map((m) => m[1]);
+    assert.deepEqual(Object.keys(body(r)).sort(), keys.sort());
     assert.equal(sb.id, "sbx_1");
     assert.equal(sb.name, "session-alice");
     assert.equal(sb.state, "running");
