@@ -265,9 +265,13 @@ func (m *Manager) captureMemory(ctx context.Context, l *live, sb *store.Sandbox,
 		})
 		// A connection the agent had not closed within quiesceWait, or one
 		// a call handed back after the wait, fails the dump: try again.
+		// The pauses add up past half a second: when a handler answered
+		// without reading its whole request body, Go's HTTP server shuts
+		// down its writing half (the daemon sees EOF) and keeps the
+		// socket for another 500 ms before closing it.
 		if err != nil && attempt < 4 && ctx.Err() == nil && strings.Contains(err.Error(), "Unix socket") {
 			m.log.Debug("checkpoint met a closing agent connection; retrying", "sandbox", l.id, "attempt", attempt)
-			time.Sleep(time.Duration(attempt) * 30 * time.Millisecond)
+			time.Sleep(time.Duration(attempt) * 250 * time.Millisecond)
 			continue
 		}
 		if err != nil && ctx.Err() == nil && strings.Contains(err.Error(), "Unix socket") {
