@@ -124,3 +124,15 @@ type Usage struct {
 
 // startTimeout bounds how long Create waits for the agent to come up.
 const startTimeout = 20 * time.Second
+
+// Recovered says what Recover found in a sandbox that a previous daemon
+// process left, and undid.
+type Recovered struct {
+	// Frozen: its cgroup was frozen (a checkpoint, fork or suspend that
+	// daemon did not finish had paused it) and is thawed now.
+	Frozen bool
+	// Tracers are processes that were still tracing the sandbox's
+	// processes (a CRIU dump cut short); each was waited for, and killed
+	// if it outlived the wait.
+	Tracers []int
+}

@@ -812,6 +812,14 @@ func (r *Runtime) Destroy(ctx context.Context, id string, info *Info) error {
 		}
 	}
 	cg := newCgroups(r.cfg.CgroupParent, id)
+	// A frozen cgroup's processes do not die (v1's freezer holds even
+	// SIGKILL) until thawed: one a crashed daemon left frozen mid-dump,
+	// say.
+	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	if err := cg.thaw(tctx); err != nil && !errors.Is(err, os.ErrNotExist) {
+		r.log.Warn("thaw a sandbox before destroying it", "sandbox", id, "err", err)
+	}
+	cancel()
 	if err := cg.kill(10 * time.Second); err != nil {
 		errs = append(errs, err)
 	}

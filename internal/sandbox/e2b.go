@@ -13,7 +13,7 @@ import (
 // context's tenant's), making them when it has none yet; template, when
 // not "", is recorded as the templateID an E2B client knows it by.
 func (m *Manager) E2BAccess(ctx context.Context, ref, template string) (*api.Sandbox, store.E2BAccess, error) {
-	sb, err := m.store.Get(ctx, ref)
+	sb, err := m.lookup(ctx, ref)
 	if err != nil {
 		return nil, store.E2BAccess{}, err
 	}
@@ -41,7 +41,7 @@ func (m *Manager) E2BAccess(ctx context.Context, ref, template string) (*api.San
 // E2BTemplate is the templateID an E2B client created sandbox ref with
 // ("" when it was not made through E2B's API).
 func (m *Manager) E2BTemplate(ctx context.Context, ref string) string {
-	sb, err := m.store.Get(ctx, ref)
+	sb, err := m.lookup(ctx, ref)
 	if err != nil || sb.Spec.E2B == nil {
 		return ""
 	}
@@ -72,7 +72,7 @@ func (m *Manager) E2BAuthorize(ctx context.Context, id, token string, traffic bo
 // sandbox: it survives suspend, resume and restarts like any other).
 // forkbox's own default context stays as it is, in /workspace.
 func (m *Manager) E2BDefaultContext(ctx context.Context, ref, language, cwd string) (string, error) {
-	sb, err := m.store.Get(ctx, ref)
+	sb, err := m.lookup(ctx, ref)
 	if err != nil {
 		return "", err
 	}

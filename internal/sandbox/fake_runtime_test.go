@@ -49,14 +49,22 @@ type fakeRuntime struct {
 	destroyed map[string]int      // Destroy calls by id
 	hostnames map[string]string   // SetHostname's last name by id
 	frozen    map[string]bool
-	creates   int
-	restores  []string                // criu dirs restored from, in order
-	specs     map[string]runtime.Spec // the last create's or restore's spec by id
+	// leftoverChecks counts LeftoverCRIU calls (once per start).
+	leftoverChecks int
+	creates        int
+	restores       []string                // criu dirs restored from, in order
+	specs          map[string]runtime.Spec // the last create's or restore's spec by id
 	// Failure injection and hooks (nil: none).
 	createHook    func(ctx context.Context, spec runtime.Spec) error
 	restoreHook   func(spec runtime.Spec) error
 	checkpointErr error
 	afterRestore  func(id string)
+	// recoverHook runs at the start of Recover (a leftover CRIU being
+	// waited for, say).
+	recoverHook func(ctx context.Context, id string)
+	// stuck sandboxes stay frozen through Recover: their agent never
+	// answers.
+	stuck map[string]bool
 }
 
 // The Manager finds the Snapshotter by a type assertion: a signature that
@@ -108,7 +116,7 @@ func (r *fakeRuntime) spawn(id string) (*runtime.Info, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &fakeAgent{id: id, gen: n, files: map[string][]byte{}}
+	a := &fakeAgent{id: id, gen: n, files: map[string][]byte{}, frozen: func() bool { return r.isFrozen(id) }}
 	srv := &http.Server{Handler: a}
 	go srv.Serve(ln)
 	info := &runtime.Info{Dir: dir, RunDir: dir, PID: 10000 + n, UIDBase: 100000}
@@ -258,6 +266,32 @@ func (r *fakeRuntime) Thaw(_ context.Context, id string) error {
 	return nil
 }
 
+func (r *fakeRuntime) LeftoverCRIU(context.Context, time.Duration) (found, killed []int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.leftoverChecks++
+	return nil, nil
+}
+
+// Recover thaws a frozen sandbox, as the real one does after waiting for
+// a leftover CRIU.
+func (r *fakeRuntime) Recover(ctx context.Context, id string) (runtime.Recovered, error) {
+	r.mu.Lock()
+	hook := r.recoverHook
+	r.mu.Unlock()
+	if hook != nil {
+		hook(ctx, id)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var rec runtime.Recovered
+	if r.frozen[id] && !r.stuck[id] {
+		rec.Frozen = true
+		delete(r.frozen, id)
+	}
+	return rec, nil
+}
+
 func (r *fakeRuntime) isFrozen(id string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -317,6 +351,9 @@ func (r *fakeRuntime) RestoreMemory(_ context.Context, h *criu.Host, spec runtim
 type fakeAgent struct {
 	id  string
 	gen int // which spawn: a restored sandbox has a new agent
+	// frozen: the sandbox's cgroup is frozen, so the agent answers
+	// nothing until thawed (or the caller gives up).
+	frozen func() bool
 
 	mu        sync.Mutex
 	execs     int
@@ -325,6 +362,13 @@ type fakeAgent struct {
 }
 
 func (a *fakeAgent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	for a.frozen != nil && a.frozen() {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 	switch r.Method + " " + r.URL.Path {
 	case "GET /healthz":
 		w.Write([]byte("ok\n"))
@@ -477,6 +521,17 @@ func (e *testEnv) start() {
 		e.t.Fatalf("start: %v", err)
 	}
 	e.started = true
+	e.waitSettled()
+}
+
+// waitSettled waits until the Manager has settled what its start found.
+func (e *testEnv) waitSettled() {
+	e.t.Helper()
+	select {
+	case <-e.m.Settled():
+	case <-time.After(30 * time.Second):
+		e.t.Fatal("the Manager did not settle the sandboxes its start found within 30s")
+	}
 }
 
 // startedEnv is a started Manager with default options.

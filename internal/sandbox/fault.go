@@ -26,7 +26,8 @@ import (
 //
 // Points: create:recorded, create:started, suspend:recorded, suspend:imaged,
 // suspend:freed, resume:recorded, resume:restored, checkpoint:locked,
-// checkpoint:frozen, checkpoint:captured, delete:locked.
+// checkpoint:frozen, checkpoint:captured, fork:snapshotted, fork:branched,
+// delete:locked.
 
 // faultPoint applies FORKBOX_FAULT at name (see package fault, which
 // internal/snapshot shares).

@@ -79,7 +79,7 @@ func (m *Manager) JupyterRecv(ctx context.Context, ref, contextRef, language str
 	wait = min(max(wait, 0), maxPollWait)
 	l := m.findLiveFor(ctx, ref)
 	if l == nil {
-		sb, err := m.store.Get(ctx, ref)
+		sb, err := m.lookup(ctx, ref)
 		if err != nil {
 			return nil, err
 		}

@@ -8,107 +8,52 @@ import (
 
 	"github.com/forkbox/forkbox/api"
 	"github.com/forkbox/forkbox/internal/errdefs"
-	"github.com/forkbox/forkbox/internal/runtime"
 	"github.com/forkbox/forkbox/internal/store"
 )
 
 // reapInterval is how often idle timeouts and lifetimes are checked.
 const reapInterval = 500 * time.Millisecond
 
-// Start reconciles the store with the host after a (re)start, then starts the
-// idle reaper. Every sandbox the store says is live ends up either adopted
-// (its init and agent still answer) or marked error and cleaned up; sandbox
-// directories that no record owns are removed.
+// Start reconciles the store with the host after a (re)start and returns
+// without waiting for any sandbox: every live sandbox the store names for
+// this node is marked settling and settled in the background (settle.go),
+// where it ends up adopted (its processes and agent still answer) or in
+// its documented state after a crash, with leftovers freed. Calls about a
+// sandbox still settling answer 503 with Retry-After; Settled says when all
+// are done. Snapshot files that no record owns are removed before Start
+// returns.
 func (m *Manager) Start(ctx context.Context) error {
 	sbs, err := m.store.List(ctx, store.ListFilter{Node: m.node})
 	if err != nil {
 		return err
 	}
-	known := map[string]bool{}
+	var todo []*store.Sandbox
+	m.mu.Lock()
 	for _, sb := range sbs {
-		if m.elsewhere(sb) {
+		if m.elsewhere(sb) || sb.State == api.StateTerminated {
 			continue
 		}
-		known[sb.ID] = true
-		if sb.State == api.StateTerminated {
-			continue
-		}
-		info, err := runtime.UnmarshalInfo(sb.Runtime)
-		if err != nil {
-			info = &runtime.Info{}
-		}
-		if m.reconcileSuspend(ctx, sb, info) {
-			continue
-		}
-		switch sb.State {
-		case api.StateLost:
-			// Another node gave up on this one while it was unreachable (a
-			// restart slower than the node timeout, a partition). If its
-			// processes are still here, the sandbox is running again.
-			if info.PID > 0 && m.rt.Adopt(ctx, sb.ID, info) == nil {
-				l := m.track(sb, info)
-				if l.agent.Health(ctx) == nil {
-					if _, err := m.setState(ctx, sb.ID, api.StateRunning, "its node answers again and its processes survived", nil); err == nil {
-						m.log.Info("sandbox marked lost is running again", "sandbox", sb.ID)
-						continue
-					}
-				}
-				m.untrack(sb.ID)
-			}
-			if err := m.rt.Destroy(ctx, sb.ID, info); err != nil {
-				m.log.Error("clean up lost sandbox", "sandbox", sb.ID, "err", err)
-			}
-		case api.StateRunning:
-			if err := m.rt.Adopt(ctx, sb.ID, info); err == nil {
-				l := m.track(sb, info)
-				l.setBase(m.adoptedBase(ctx, sb))
-				if herr := l.agent.Health(ctx); herr == nil {
-					m.log.Info("adopted running sandbox", "sandbox", sb.ID)
-					continue
-				} else {
-					m.untrack(sb.ID)
-					err = herr
-				}
-				m.setError(ctx, sb.ID, "sandbox agent stopped answering while the daemon was down: "+err.Error())
-			} else {
-				m.setError(ctx, sb.ID, "sandbox processes were lost while the daemon was down: "+err.Error())
-			}
-		case api.StateError:
-			// Already marked; make sure nothing is left behind.
-			if err := m.rt.Destroy(ctx, sb.ID, info); err != nil {
-				m.log.Error("clean up errored sandbox", "sandbox", sb.ID, "err", err)
-			}
-		default:
-			m.setError(ctx, sb.ID, "daemon stopped while the sandbox was "+string(sb.State))
-		}
+		m.settling[sb.ID] = true
+		todo = append(todo, sb)
 	}
+	m.mu.Unlock()
+	// The directories there are now: those of sandboxes made from now on
+	// (builds' included, which have no row) are never swept.
 	dirs, err := m.rt.SandboxDirs()
 	if err != nil {
 		return err
 	}
-	for _, id := range dirs {
-		if known[id] {
-			sb, err := m.store.Get(ctx, id)
-			if err != nil || sb.State != api.StateTerminated {
-				continue
-			}
-		}
-		// A terminated sandbox with leftovers, or one the store never recorded
-		// (the daemon died between making its directory and its record).
-		if err := m.rt.Destroy(ctx, id, &runtime.Info{}); err != nil {
-			m.log.Error("remove leftover sandbox dir", "sandbox", id, "err", err)
-		}
-	}
+	// Before anything can commit a new snapshot: files without a record
+	// are what a crash left.
 	if err := m.reconcileSnapshots(ctx); err != nil {
 		return fmt.Errorf("reconcile snapshots: %w", err)
 	}
-	if err := m.loadPools(ctx); err != nil {
-		return fmt.Errorf("load pools: %w", err)
-	}
-	if err := m.startDefaultPool(ctx); err != nil {
-		return fmt.Errorf("default pool: %w", err)
-	}
-	go m.reapLoop()
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	go func() {
+		<-m.stop
+		cancel()
+	}()
+	go m.background(ctx, todo, dirs)
 	return nil
 }
 
@@ -126,8 +71,8 @@ func (m *Manager) Close() {
 	}
 }
 
+// reapLoop runs the idle reaper until Close.
 func (m *Manager) reapLoop() {
-	defer close(m.done)
 	t := time.NewTicker(reapInterval)
 	defer t.Stop()
 	for {

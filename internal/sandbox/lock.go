@@ -49,6 +49,9 @@ func errPreempted(id, op string) error {
 // delete, with a failed-precondition cause). unlock must be called on every
 // path (defer it).
 func (m *Manager) lockOp(ctx context.Context, id, op string, o lockOpts) (context.Context, func(), error) {
+	if err := m.settlingErr(id); err != nil {
+		return nil, nil, err
+	}
 	return m.locks.Lock(ctx, id, op, o)
 }
 

@@ -65,6 +65,13 @@ var DefaultDefaults = Defaults{CPUs: 1, MemoryMB: 1024, DiskMB: 2048, PIDsLimit:
 type Runtime interface {
 	Create(ctx context.Context, spec runtime.Spec) (*runtime.Info, error)
 	Adopt(ctx context.Context, id string, info *runtime.Info) error
+	// LeftoverCRIU waits, up to wait, for the CRIU workers a daemon that
+	// is gone left running, and kills those still running then.
+	LeftoverCRIU(ctx context.Context, wait time.Duration) (found, killed []int)
+	// Recover readies a sandbox a previous daemon left for this one to
+	// talk to: a tracer of its processes is waited for (until ctx ends)
+	// and killed, a frozen cgroup thawed.
+	Recover(ctx context.Context, id string) (runtime.Recovered, error)
 	Destroy(ctx context.Context, id string, info *runtime.Info) error
 	Usage(id string) runtime.Usage
 	OOMKills(id string) int64
@@ -129,6 +136,13 @@ type Manager struct {
 	defPool     *pool
 	defPoolSize int
 
+	// settling are the sandboxes a restart found and has not settled yet
+	// (settle.go): calls about them answer 503 with Retry-After. settled
+	// is closed once every one is.
+	settling  map[string]bool
+	settled   chan struct{}
+	agentWait time.Duration // bound on an adopted agent's first answer
+
 	stop     chan struct{}
 	done     chan struct{}
 	reapTick int // reaper goroutine only
@@ -192,6 +206,7 @@ func New(st store.Store, rt Runtime, images Images, snaps *snapshot.Store, d Def
 		locks:   keylock.New("sandbox", DefaultLockWait, errPreempted),
 		metrics: newMetrics(), now: time.Now,
 		live: map[string]*live{}, stop: make(chan struct{}), done: make(chan struct{}),
+		settling: map[string]bool{}, settled: make(chan struct{}), agentWait: DefaultAgentWait,
 	}
 }
 
@@ -613,7 +628,7 @@ func (m *Manager) OnExit(id, reason string) {
 
 // Get returns one sandbox by id or name.
 func (m *Manager) Get(ctx context.Context, ref string) (*api.Sandbox, error) {
-	sb, err := m.store.Get(ctx, ref)
+	sb, err := m.lookup(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
@@ -808,9 +823,14 @@ func (m *Manager) current(l *live) bool {
 
 func (m *Manager) acquireOnce(ctx context.Context, ref string) (*live, func(), error) {
 	l := m.findLiveFor(ctx, ref)
+	if l != nil {
+		if err := m.settlingErr(l.id); err != nil {
+			return nil, nil, err
+		}
+	}
 	if l == nil {
 		// Not running here: the store says why (unknown, terminated, …).
-		sb, err := m.store.Get(ctx, ref)
+		sb, err := m.lookup(ctx, ref)
 		if err != nil {
 			return nil, nil, err
 		}

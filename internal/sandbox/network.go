@@ -37,7 +37,7 @@ func egress(spec store.Spec) netsetup.Policy {
 // timeout. A running sandbox's new policy applies before Update returns; a
 // suspended one's when it resumes. A new timeout counts from now.
 func (m *Manager) Update(ctx context.Context, ref string, req *api.UpdateSandboxRequest) (_ *api.Sandbox, err error) {
-	sb, err := m.store.Get(ctx, ref)
+	sb, err := m.lookup(ctx, ref)
 	if err != nil {
 		return nil, err
 	}

@@ -53,7 +53,7 @@ type portLister interface {
 // running (a listing does not resume a suspended sandbox), and those with
 // access settings.
 func (m *Manager) ListPorts(ctx context.Context, ref string) ([]api.Port, error) {
-	sb, err := m.store.Get(ctx, ref)
+	sb, err := m.lookup(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
@@ -108,7 +108,7 @@ func (m *Manager) updatePort(ctx context.Context, ref string, port int, change f
 	if err := checkPort(port); err != nil {
 		return nil, err
 	}
-	sb, err := m.store.Get(ctx, ref)
+	sb, err := m.lookup(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
@@ -144,7 +144,7 @@ func (m *Manager) updatePort(ctx context.Context, ref string, port int, change f
 // caller reaches that one, by its id and as its tenant, and no other that
 // ref might also name (two tenants may both have a "dev").
 func (m *Manager) PortAccess(ctx context.Context, ref string, port int, token string) (id, owner string, ok bool) {
-	sb, err := m.store.Get(ctx, ref)
+	sb, err := m.lookup(ctx, ref)
 	if err != nil {
 		return "", "", false
 	}

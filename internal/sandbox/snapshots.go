@@ -52,7 +52,12 @@ func snapshotView(sn *store.Snapshot) api.Snapshot {
 // The snapshot is committed (files hashed, synced, renamed into place)
 // before its record is written, and a failure at any step, a panic
 // included, leaves no snapshot behind.
-func (m *Manager) Checkpoint(ctx context.Context, ref string, req *api.CheckpointRequest) (_ *api.Snapshot, err error) {
+func (m *Manager) Checkpoint(ctx context.Context, ref string, req *api.CheckpointRequest) (*api.Snapshot, error) {
+	return m.checkpoint(ctx, ref, req, newID("snap_"))
+}
+
+// checkpoint is Checkpoint into a snapshot of the given id.
+func (m *Manager) checkpoint(ctx context.Context, ref string, req *api.CheckpointRequest, id string) (_ *api.Snapshot, err error) {
 	typ := req.Type
 	if typ == "" {
 		typ = api.SnapshotFilesystem
@@ -69,7 +74,7 @@ func (m *Manager) Checkpoint(ctx context.Context, ref string, req *api.Checkpoin
 	if h, problem := m.criuHost(); typ == api.SnapshotMemory && h == nil {
 		return nil, errdefs.Unavailable("memory snapshots are unavailable on this host: %s", problem)
 	}
-	sb, err := m.store.Get(ctx, ref)
+	sb, err := m.lookup(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
@@ -111,12 +116,11 @@ func (m *Manager) Checkpoint(ctx context.Context, ref string, req *api.Checkpoin
 			return m.captureFS(ctx, l.id, filepath.Join(p.Dir(), fsArchive), nil)
 		}
 	case api.StateSuspended:
-		return m.checkpointSuspended(ctx, sb, typ, req.Name)
+		return m.checkpointSuspended(ctx, sb, typ, req.Name, id)
 	default:
 		return nil, errdefs.FailedPrecondition("sandbox %s is %s; only a running or suspended sandbox can be checkpointed", sb.ID, sb.State)
 	}
 	m.metrics.snapshots.WithLabelValues(string(typ)).Inc()
-	id := newID("snap_")
 	p, err := m.snaps.Begin(id)
 	if err != nil {
 		return nil, err
@@ -170,7 +174,7 @@ func (m *Manager) recordSnapshot(ctx context.Context, rec *store.Snapshot) error
 // suspend image: a memory snapshot shares the image's files (hard links,
 // so it costs no copy and no pause), a filesystem snapshot its writable
 // layer. The image is verified first, so a corrupt one is not blessed.
-func (m *Manager) checkpointSuspended(ctx context.Context, sb *store.Sandbox, typ api.SnapshotType, name string) (*api.Snapshot, error) {
+func (m *Manager) checkpointSuspended(ctx context.Context, sb *store.Sandbox, typ api.SnapshotType, name, id string) (*api.Snapshot, error) {
 	src, err := m.store.GetSnapshot(ctx, sb.SuspendImage)
 	if err != nil {
 		return nil, fmt.Errorf("suspend image of %s: %w", sb.ID, err)
@@ -180,7 +184,6 @@ func (m *Manager) checkpointSuspended(ctx context.Context, sb *store.Sandbox, ty
 	if typ == api.SnapshotFilesystem {
 		keep = func(rel string) bool { return rel == fsArchive }
 	}
-	id := newID("snap_")
 	size, sum, err := m.snaps.CloneContext(ctx, src.ID, src.Checksum, id, keep)
 	if err != nil {
 		return nil, opErr(ctx, err)
@@ -464,15 +467,34 @@ func (m *Manager) Fork(ctx context.Context, ref string, req *api.ForkRequest) (*
 			return nil, err
 		}
 	}
-	src, err := m.store.Get(ctx, ref)
+	src, err := m.lookup(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
 	if err := m.checkForkQuota(ctx, src, req.Count); err != nil {
 		return nil, err
 	}
-	sn, err := m.Checkpoint(ctx, ref, &api.CheckpointRequest{Type: api.SnapshotMemory, Name: "fork"})
+	// A fork is all or nothing. Its snapshot is marked until the fork has
+	// answered, so that a daemon that dies before then is undone at the
+	// next start (collectForks): the branches ended, the snapshot whose id
+	// the caller never learnt deleted.
+	if m.snaps == nil {
+		return nil, errdefs.Unavailable("snapshots are not configured on this daemon")
+	}
+	snapID := newID("snap_")
+	if err := m.snaps.MarkIntent(forkIntent, snapID); err != nil {
+		return nil, fmt.Errorf("fork: %w", err)
+	}
+	defer func() {
+		if err := m.snaps.ClearIntent(forkIntent, snapID); err != nil {
+			m.log.Warn("clear a fork's mark", "snapshot", snapID, "err", err)
+		}
+	}()
+	sn, err := m.checkpoint(ctx, ref, &api.CheckpointRequest{Type: api.SnapshotMemory, Name: "fork"}, snapID)
 	if err != nil {
+		return nil, err
+	}
+	if err := hookPoint(ctx, "fork:snapshotted", src.ID, src.Name); err != nil {
 		return nil, err
 	}
 	// The branches restore the same files: they are checked against their
@@ -522,6 +544,9 @@ func (m *Manager) Fork(ctx context.Context, ref string, req *api.ForkRequest) (*
 			m.log.Warn("remove the snapshot of a failed fork", "snapshot", sn.ID, "err", derr)
 		}
 		return nil, fmt.Errorf("fork: %w", err)
+	}
+	if err := hookPoint(ctx, "fork:branched", src.ID, src.Name); err != nil {
+		return nil, err
 	}
 	return res, nil
 }

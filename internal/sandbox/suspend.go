@@ -330,43 +330,6 @@ func (m *Manager) Resume(ctx context.Context, ref string) (_ *api.Sandbox, err e
 	return m.view(sb), nil
 }
 
-// reconcileSuspend settles a sandbox the daemon left mid-suspend or
-// mid-resume. It reports whether it handled the sandbox.
-func (m *Manager) reconcileSuspend(ctx context.Context, sb *store.Sandbox, info *runtime.Info) bool {
-	switch sb.State {
-	case api.StateSuspending:
-		// Still running (the suspend had not freed it): it stays running.
-		if info.PID > 0 && m.rt.Adopt(ctx, sb.ID, info) == nil {
-			l := m.track(sb, info)
-			if l.agent.Health(ctx) == nil {
-				m.setState(ctx, sb.ID, api.StateRunning, "daemon restarted during a suspend; still running", nil)
-				m.dropStraySuspendImages(ctx, sb.ID, sb.SuspendImage)
-				return true
-			}
-			m.untrack(sb.ID)
-		}
-		m.rt.Destroy(ctx, sb.ID, info)
-		// Freed: suspended if its new image was committed, else its last one.
-		if img := m.latestSuspendImage(ctx, sb.ID); img != "" {
-			m.setState(ctx, sb.ID, api.StateSuspended, "daemon restarted during a suspend", func(s *store.Sandbox) { s.SuspendImage = img; s.Runtime = nil })
-			m.dropStraySuspendImages(ctx, sb.ID, img)
-			return true
-		}
-		m.setError(ctx, sb.ID, "daemon stopped during a suspend, before its image was saved")
-		return true
-	case api.StateResuming:
-		// The restored processes (if any) were never recorded: free them;
-		// the image is intact, so the sandbox is suspended again.
-		m.rt.Destroy(ctx, sb.ID, &runtime.Info{})
-		m.setState(ctx, sb.ID, api.StateSuspended, "daemon restarted during a resume", nil)
-		return true
-	case api.StateSuspended:
-		m.rt.Destroy(ctx, sb.ID, &runtime.Info{})
-		return true
-	}
-	return false
-}
-
 func (m *Manager) latestSuspendImage(ctx context.Context, id string) string {
 	list, err := m.store.ListSnapshots(ctx, id)
 	if err != nil {

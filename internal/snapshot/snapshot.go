@@ -76,11 +76,17 @@ const manifestName = "manifest.json"
 // behind it (see remote.go).
 type Store struct {
 	dir string
-	r   remoteState
-	v   marks // snapshots this process hashed and found whole (verified.go)
+	// leftovers are unfinished snapshots Open could not remove.
+	leftovers []string
+	r         remoteState
+	v         marks // snapshots this process hashed and found whole (verified.go)
 }
 
-// Open opens (creating) the store at dir and removes unfinished snapshots.
+// Open opens (creating) the store at dir and removes unfinished snapshots:
+// the temp dirs of snapshots being written, fetched or evicted by a process
+// that is gone. One it cannot remove yet is not an error: a CRIU worker a
+// killed daemon left may still be writing into it. RemoveLeftovers tries
+// those again.
 func Open(dir string) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
@@ -89,14 +95,29 @@ func Open(dir string) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	s := &Store{dir: dir, r: newRemoteState()}
 	for _, e := range ents {
 		if strings.HasPrefix(e.Name(), ".tmp") { // .tmp-<id>, .tmp.evict-<id>
 			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
-				return nil, fmt.Errorf("remove unfinished snapshot %s: %w", e.Name(), err)
+				s.leftovers = append(s.leftovers, e.Name())
 			}
 		}
 	}
-	return &Store{dir: dir, r: newRemoteState()}, nil
+	return s, nil
+}
+
+// RemoveLeftovers removes the unfinished snapshots Open could not (call it
+// once the processes that wrote them are gone); it returns those it still
+// cannot remove, with why.
+func (s *Store) RemoveLeftovers() error {
+	var errs []error
+	for _, name := range s.leftovers {
+		if err := os.RemoveAll(filepath.Join(s.dir, name)); err != nil {
+			errs = append(errs, fmt.Errorf("remove unfinished snapshot %s: %w", name, err))
+		}
+	}
+	s.leftovers = nil
+	return errors.Join(errs...)
 }
 
 // Path is the directory of a committed snapshot. With a remote, asking for

@@ -151,3 +151,38 @@ func TestCloneRefusesACorruptSource(t *testing.T) {
 		t.Fatal("a clone of no files succeeded")
 	}
 }
+
+func TestIntents(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ids, err := s.Intents("fork"); err != nil || len(ids) != 0 {
+		t.Fatalf("no marks yet: %v %v", ids, err)
+	}
+	for _, id := range []string{"snap_a", "snap_b"} {
+		if err := s.MarkIntent("fork", id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.MarkIntent("fork", "snap_a"); err != nil { // twice is fine
+		t.Fatal(err)
+	}
+	if err := s.MarkIntent("fork", "../x"); err == nil {
+		t.Fatal("a mark outside its dir was made")
+	}
+	if err := s.ClearIntent("fork", "snap_a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ClearIntent("fork", "snap_a"); err != nil { // gone already
+		t.Fatal(err)
+	}
+	ids, err := s.Intents("fork")
+	if err != nil || len(ids) != 1 || ids[0] != "snap_b" {
+		t.Fatalf("marks: %v %v; want [snap_b]", ids, err)
+	}
+	// Marks are not snapshots.
+	if got, err := s.IDs(); err != nil || len(got) != 0 {
+		t.Fatalf("IDs with only marks: %v %v", got, err)
+	}
+}

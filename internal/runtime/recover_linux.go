@@ -1,0 +1,231 @@
+package runtime
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// A daemon killed in the middle of a checkpoint, fork or suspend leaves
+// what it was doing half done on the host: the sandbox's cgroup frozen (the
+// daemon freezes it before CRIU dumps it, and thaws it after), and the CRIU
+// process it had started still running, an orphan, with the sandbox's
+// processes seized. Nothing inside a frozen sandbox answers, so the next
+// daemon must undo both before it asks the sandbox's agent anything.
+//
+// Order matters: CRIU puts the freezer back in the state it found when it
+// ends (frozen, since the daemon froze the sandbox first), so a thaw before
+// an orphaned CRIU has ended would be undone. LeftoverCRIU comes first, then
+// Recover per sandbox.
+
+// leftoverCRIUKillWait is how long LeftoverCRIU waits for the orphans it
+// killed to be gone.
+const leftoverCRIUKillWait = 5 * time.Second
+
+// LeftoverCRIU waits, up to wait, for the CRIU workers (`criu swrk`) that a
+// daemon process which is gone left running to end, and kills those still
+// running then. Workers of a live forkbox process (another daemon on this
+// host, or this one) are left alone, and so are `criu lazy-pages`
+// processes, which serve the memory of running sandboxes. It returns the
+// pids it found and, of them, those it killed.
+func (r *Runtime) LeftoverCRIU(ctx context.Context, wait time.Duration) (found, killed []int) {
+	found = orphanedCRIU()
+	if len(found) == 0 {
+		return nil, nil
+	}
+	r.log.Warn("CRIU workers of a daemon that is gone are still running; waiting for them to end before any sandbox is thawed",
+		"pids", found, "wait", wait)
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	left := waitGone(wctx, found)
+	for _, pid := range left {
+		if unix.Kill(pid, unix.SIGKILL) == nil {
+			killed = append(killed, pid)
+		}
+	}
+	if len(killed) > 0 {
+		r.log.Warn("killed CRIU workers that outlived the wait", "pids", killed)
+		kctx, kcancel := context.WithTimeout(ctx, leftoverCRIUKillWait)
+		defer kcancel()
+		waitGone(kctx, killed)
+	}
+	return found, killed
+}
+
+// Recover readies sandbox id, which a previous daemon process left, for
+// this one: a process still tracing the sandbox's processes (a CRIU dump
+// cut short) is waited for until ctx ends and then killed, and a frozen
+// cgroup is thawed. Call LeftoverCRIU first. It reports what it found; a
+// sandbox with no cgroup left is not an error (the caller finds its
+// processes gone).
+func (r *Runtime) Recover(ctx context.Context, id string) (Recovered, error) {
+	var rec Recovered
+	cg := newCgroups(r.cfg.CgroupParent, id)
+	pids, err := cg.pids()
+	if errors.Is(err, os.ErrNotExist) {
+		return rec, nil
+	}
+	if err != nil {
+		return rec, err
+	}
+	seen := map[int]bool{}
+	for _, pid := range pids {
+		if t := tracerOf(pid); t > 0 && t != os.Getpid() && !seen[t] {
+			seen[t] = true
+			rec.Tracers = append(rec.Tracers, t)
+		}
+	}
+	if len(rec.Tracers) > 0 {
+		r.log.Warn("a sandbox's processes are still traced by a process of a daemon that is gone; waiting for it",
+			"sandbox", id, "tracers", rec.Tracers)
+		for _, pid := range waitGone(ctx, rec.Tracers) {
+			unix.Kill(pid, unix.SIGKILL)
+		}
+		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leftoverCRIUKillWait)
+		waitGone(kctx, rec.Tracers)
+		cancel()
+	}
+	frozen, err := cg.frozen()
+	if err != nil {
+		return rec, err
+	}
+	if frozen {
+		rec.Frozen = true
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if err := cg.thaw(tctx); err != nil {
+			return rec, fmt.Errorf("thaw sandbox %s: %w", id, err)
+		}
+	}
+	return rec, nil
+}
+
+// frozen reports whether the sandbox's cgroup is frozen or freezing: by
+// the v1 freezer, or by cgroup2's cgroup.freeze.
+func (cg *cgroups) frozen() (bool, error) {
+	if d, ok := cg.paths["freezer"]; ok && !cg.v2 {
+		b, err := os.ReadFile(filepath.Join(d, "freezer.state"))
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return false, err
+		}
+		if s := strings.TrimSpace(string(b)); s == "FROZEN" || s == "FREEZING" {
+			return true, nil
+		}
+	}
+	if d, ok := cg.paths["unified"]; ok {
+		b, err := os.ReadFile(filepath.Join(d, "cgroup.freeze"))
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return false, err
+		}
+		if strings.TrimSpace(string(b)) == "1" {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// thaw undoes every freeze of the sandbox's cgroup: the v1 freezer's and
+// cgroup2's (a hybrid host has both; setFrozen uses the first).
+func (cg *cgroups) thaw(ctx context.Context) error {
+	var errs []error
+	if d, ok := cg.paths["freezer"]; ok && !cg.v2 {
+		if _, err := os.Stat(d); err == nil {
+			errs = append(errs, (&cgroups{paths: map[string]string{"freezer": d}}).setFrozen(ctx, false))
+		}
+	}
+	if d, ok := cg.paths["unified"]; ok {
+		if b, err := os.ReadFile(filepath.Join(d, "cgroup.freeze")); err == nil && strings.TrimSpace(string(b)) == "1" {
+			errs = append(errs, (&cgroups{v2: true, paths: map[string]string{"unified": d}}).setFrozen(ctx, false))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// tracerOf is the pid tracing pid (0: none, or pid is gone).
+func tracerOf(pid int) int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "TracerPid:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	return 0
+}
+
+// orphanedCRIU lists the `criu swrk` processes whose parent is not a
+// forkbox process: the daemon that started them is gone.
+func orphanedCRIU() []int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		argv := cmdline(pid)
+		if len(argv) < 2 || filepath.Base(argv[0]) != "criu" || argv[1] != "swrk" {
+			continue
+		}
+		f, err := statFields(pid)
+		if err != nil {
+			continue
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		if isForkbox(ppid) {
+			continue
+		}
+		out = append(out, pid)
+	}
+	return out
+}
+
+// isForkbox reports whether pid runs a forkbox binary (forkbox, or a
+// renamed copy such as the benchmarks' forkbox-base).
+func isForkbox(pid int) bool {
+	argv := cmdline(pid)
+	return len(argv) > 0 && strings.HasPrefix(filepath.Base(argv[0]), "forkbox")
+}
+
+func cmdline(pid int) []string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil || len(b) == 0 {
+		return nil
+	}
+	return strings.Split(string(bytes.TrimRight(b, "\x00")), "\x00")
+}
+
+// waitGone waits until every pid has exited (or is a zombie) or ctx ends,
+// and returns those still running.
+func waitGone(ctx context.Context, pids []int) []int {
+	for {
+		var left []int
+		for _, pid := range pids {
+			if state, err := pidState(pid); err == nil && state != "Z" && state != "X" {
+				left = append(left, pid)
+			}
+		}
+		if len(left) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return left
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
