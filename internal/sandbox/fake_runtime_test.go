@@ -58,7 +58,9 @@ type fakeRuntime struct {
 	createHook    func(ctx context.Context, spec runtime.Spec) error
 	restoreHook   func(spec runtime.Spec) error
 	checkpointErr error
-	afterRestore  func(id string)
+	// checkpointHook runs at the start of CheckpointMemory.
+	checkpointHook func(ctx context.Context) error
+	afterRestore   func(id string)
 	// recoverHook runs at the start of Recover (a leftover CRIU being
 	// waited for, say).
 	recoverHook func(ctx context.Context, id string)
@@ -303,10 +305,15 @@ func (r *fakeRuntime) ExportFS(_ context.Context, id, dst string) error {
 }
 
 // CheckpointMemory writes images that RestoreMemory checks for.
-func (r *fakeRuntime) CheckpointMemory(_ context.Context, h *criu.Host, id string, _ *runtime.Info, _ *image.Image, dir string) error {
+func (r *fakeRuntime) CheckpointMemory(ctx context.Context, h *criu.Host, id string, _ *runtime.Info, _ *image.Image, dir string) error {
 	r.mu.Lock()
-	err := r.checkpointErr
+	err, hook := r.checkpointErr, r.checkpointHook
 	r.mu.Unlock()
+	if hook != nil {
+		if err := hook(ctx); err != nil {
+			return err
+		}
+	}
 	if h == nil {
 		return errors.New("fake runtime: checkpoint without CRIU")
 	}

@@ -119,7 +119,11 @@ func (m *Manager) reapOnce(ctx context.Context) {
 				_, err = m.Suspend(context.Background(), l.id, reasonIdle)
 				l.mu.Lock()
 				l.suspending = false
-				failed := err != nil && !errors.Is(err, errdefs.ErrBusy)
+				// A delete that won the race (it cancels the suspend, or
+				// ended the sandbox before the suspend began) is the
+				// client's choice, not a failure.
+				deleted := errors.Is(err, errDeletedDuring) || (errors.Is(err, errdefs.ErrFailedPrecondition) && !m.current(l))
+				failed := err != nil && !errors.Is(err, errdefs.ErrBusy) && !deleted
 				if failed {
 					// A sandbox that cannot be dumped (CRIU refuses some
 					// states) would otherwise be frozen and dumped again
@@ -131,8 +135,11 @@ func (m *Manager) reapOnce(ctx context.Context) {
 				}
 				backoff := l.suspendBackoff
 				l.mu.Unlock()
-				if failed {
+				switch {
+				case failed:
 					m.log.Error("suspend idle sandbox", "sandbox", l.id, "retry_in", backoff, "err", err)
+				case deleted:
+					m.log.Info("idle suspend gave way to a delete", "sandbox", l.id, "err", err)
 				}
 			}(l)
 		}

@@ -39,10 +39,19 @@ const DefaultLockWait = 30 * time.Second
 // lockOpts tunes one lifecycle-lock wait.
 type lockOpts = keylock.Options
 
-// errPreempted is the cause of an operation cancelled by a delete.
+// errPreempted is the cause of an operation cancelled by a delete: a
+// failed precondition for its caller, and errDeletedDuring for the
+// daemon's own work, for which that is an expected race, not a failure.
 func errPreempted(id, op string) error {
-	return errdefs.FailedPrecondition("sandbox %s was deleted during the %s", id, op)
+	return preemptedError{errdefs.FailedPrecondition("sandbox %s was deleted during the %s", id, op)}
 }
+
+// errDeletedDuring marks an operation that a delete cancelled.
+var errDeletedDuring = errors.New("deleted during the operation")
+
+type preemptedError struct{ error }
+
+func (e preemptedError) Unwrap() []error { return []error{e.error, errDeletedDuring} }
 
 // lockOp takes the lifecycle lock of sandbox id for op (see keylock.Map.Lock:
 // the returned context is not cancelled by the client going away, only by a

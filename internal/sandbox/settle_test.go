@@ -3,7 +3,9 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -207,5 +209,76 @@ func TestForkClearsItsMark(t *testing.T) {
 	}
 	if ids, _ := e.snaps.Intents(forkIntent); len(ids) != 0 {
 		t.Fatalf("marks left: %v", ids)
+	}
+}
+
+// logRecorder keeps the records a Manager logs.
+type logRecorder struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+func (h *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (h *logRecorder) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.recs = append(h.recs, r)
+	return nil
+}
+func (h *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *logRecorder) WithGroup(string) slog.Handler      { return h }
+
+// find returns the level of the first record with message msg.
+func (h *logRecorder) find(msg string) (slog.Level, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, r := range h.recs {
+		if r.Message == msg {
+			return r.Level, true
+		}
+	}
+	return 0, false
+}
+
+// An idle suspend that a client's delete cancels is an expected race: it
+// is logged at info, not as an error, and not retried.
+func TestIdleSuspendGivingWayToADeleteIsNoError(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{})
+	logs := &logRecorder{}
+	e.m.log = slog.New(logs)
+	e.start()
+	timeout := int64(1)
+	sb := e.create(&api.CreateSandboxRequest{Name: "idle", TimeoutSecs: &timeout})
+	started := make(chan struct{})
+	var once sync.Once
+	e.rt.set(func(r *fakeRuntime) {
+		r.checkpointHook = func(ctx context.Context) error {
+			once.Do(func() { close(started) })
+			<-ctx.Done()
+			return context.Cause(ctx)
+		}
+	})
+	e.clock.advance(time.Minute)
+	select {
+	case <-started:
+	case <-time.After(15 * time.Second):
+		t.Fatal("no idle suspend began")
+	}
+	if _, err := e.m.Delete(e.ctx, sb.ID); err != nil {
+		t.Fatalf("delete during an idle suspend: %v", err)
+	}
+	e.eventually("the idle suspend's end is logged", func() bool {
+		_, ok := logs.find("idle suspend gave way to a delete")
+		return ok
+	})
+	if lvl, _ := logs.find("idle suspend gave way to a delete"); lvl != slog.LevelInfo {
+		t.Errorf("logged at %s; want info", lvl)
+	}
+	if lvl, ok := logs.find("suspend idle sandbox"); ok {
+		t.Errorf("an idle suspend that gave way to a delete was also logged as a failure (%s)", lvl)
+	}
+	if got := e.row(sb.ID); got.State != api.StateTerminated {
+		t.Errorf("after the delete: %s", got.State)
 	}
 }
