@@ -420,6 +420,9 @@ func (d *Daemon) Serve(ctx context.Context) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err := d.http.Shutdown(sctx)
+	// Nothing starts a sandbox from here on (pool refills included), and
+	// creates still under way end first: the policy sees every sandbox.
+	d.mgr.StopStarting()
 	d.log.Info("stopping: applying the on-exit policy to running sandboxes", "on_exit", d.cfg.OnExit, "running", d.mgr.LiveCount())
 	rep := d.mgr.Shutdown(context.Background(), d.cfg.OnExit)
 	d.log.Info("stopped sandboxes", "on_exit", d.cfg.OnExit, "suspended", rep.Suspended, "terminated", rep.Terminated,

@@ -143,6 +143,13 @@ type Manager struct {
 	settled   chan struct{}
 	agentWait time.Duration // bound on an adopted agent's first answer
 
+	// closing: Shutdown has begun, and nothing may start a sandbox any
+	// more; starting counts the creates and resumes under way, which
+	// Shutdown waits for (startsDone is signalled as each ends).
+	closing    bool
+	starting   int
+	startsDone *sync.Cond
+
 	stop     chan struct{}
 	done     chan struct{}
 	reapTick int // reaper goroutine only
@@ -200,7 +207,7 @@ func New(st store.Store, rt Runtime, images Images, snaps *snapshot.Store, d Def
 	if snapper == nil {
 		snaps = nil
 	}
-	return &Manager{
+	m := &Manager{
 		store: st, rt: rt, snapper: snapper, snaps: snaps, images: images, defaults: d, log: log,
 		criuProblem: "CRIU was not checked", maxFork: 16, lockWait: DefaultLockWait,
 		locks:   keylock.New("sandbox", DefaultLockWait, errPreempted),
@@ -208,6 +215,8 @@ func New(st store.Store, rt Runtime, images Images, snaps *snapshot.Store, d Def
 		live: map[string]*live{}, stop: make(chan struct{}), done: make(chan struct{}),
 		settling: map[string]bool{}, settled: make(chan struct{}), agentWait: DefaultAgentWait,
 	}
+	m.startsDone = sync.NewCond(&m.mu)
+	return m
 }
 
 // SetCRIU enables memory snapshots with h, or records why they are
@@ -400,6 +409,11 @@ type createOpts struct {
 
 // create is Create with the daemon's own options.
 func (m *Manager) create(ctx context.Context, req *api.CreateSandboxRequest, o createOpts) (*api.Sandbox, error) {
+	started, err := m.beginStart()
+	if err != nil {
+		return nil, err
+	}
+	defer started()
 	if req.Pool != "" {
 		return m.createFromPool(ctx, req)
 	}

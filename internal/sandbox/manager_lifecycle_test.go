@@ -7,11 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/forkbox/forkbox/api"
 	"github.com/forkbox/forkbox/internal/errdefs"
+	"github.com/forkbox/forkbox/internal/image"
 	"github.com/forkbox/forkbox/internal/runtime"
 	"github.com/forkbox/forkbox/internal/store"
 	"github.com/forkbox/forkbox/internal/tenant"
@@ -534,4 +536,61 @@ func TestUpdate(t *testing.T) {
 	offline := e.create(&api.CreateSandboxRequest{}).ID
 	_, err = e.m.Update(e.ctx, offline, &api.UpdateSandboxRequest{Network: &api.NetworkPolicy{AllowOut: []string{"example.com"}}})
 	wantKind(t, "a policy without internet access", err, errdefs.ErrInvalidArgument)
+}
+
+// A stopping daemon first stops whatever starts sandboxes (creates,
+// resumes, pool refills) and waits for those under way, so that its on-exit
+// policy sees every sandbox: none starts behind its back and runs on after
+// the daemon exits, and the report's counts are true.
+func TestShutdownWaitsForStartsAndStopsRefills(t *testing.T) {
+	t.Parallel()
+	e := startedEnv(t)
+	release := make(chan struct{})
+	var entered atomic.Int32
+	e.rt.set(func(r *fakeRuntime) {
+		r.createHook = func(ctx context.Context, spec runtime.Spec) error {
+			entered.Add(1)
+			<-release
+			return nil
+		}
+	})
+	created := make(chan error, 1)
+	go func() {
+		_, err := e.m.Create(e.ctx, &api.CreateSandboxRequest{})
+		created <- err
+	}()
+	if _, err := e.m.CreatePool(e.ctx, &api.CreatePoolRequest{Name: "p", Image: image.DefaultImage, Size: 2}); err != nil {
+		t.Fatal(err)
+	}
+	e.eventually("a create and two refills under way", func() bool { return entered.Load() == 3 })
+	stopped := make(chan ShutdownReport, 1)
+	go func() { stopped <- e.m.Shutdown(e.ctx, OnExitTerminate) }()
+	e.eventually("shutdown has begun", func() bool {
+		e.m.mu.Lock()
+		defer e.m.mu.Unlock()
+		return e.m.closing
+	})
+	// Nothing new starts now.
+	if _, err := e.m.Create(e.ctx, &api.CreateSandboxRequest{}); !errors.Is(err, errdefs.ErrUnavailable) || errdefs.RetryAfterOf(err) <= 0 {
+		t.Fatalf("create during shutdown: %v; want unavailable with a Retry-After", err)
+	}
+	select {
+	case rep := <-stopped:
+		t.Fatalf("shutdown ended (%s) while three creates were under way", rep)
+	default:
+	}
+	close(release)
+	if err := <-created; err != nil {
+		t.Fatalf("the create under way when shutdown began: %v", err)
+	}
+	rep := <-stopped
+	if rep.Terminated != 3 || len(rep.Failed) != 0 || rep.Kept != 0 {
+		t.Fatalf("report %s %v; want the create and both pool sandboxes terminated", rep, rep.Failed)
+	}
+	if n := e.m.LiveCount(); n != 0 {
+		t.Fatalf("%d sandboxes left running", n)
+	}
+	if n := e.rt.createCount(); n != 3 {
+		t.Fatalf("%d creates; want 3 (no refill after the shutdown)", n)
+	}
 }

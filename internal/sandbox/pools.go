@@ -142,6 +142,12 @@ func (m *Manager) DeletePool(ctx context.Context, name string) error {
 
 // refill starts creates until the pool is full again.
 func (m *Manager) refill(p *pool) {
+	m.mu.Lock()
+	closing := m.closing
+	m.mu.Unlock()
+	if closing {
+		return // the daemon is stopping: nothing new starts
+	}
 	p.mu.Lock()
 	need := p.rec.Size - len(p.ready) - p.filling
 	if p.deleted || need <= 0 {

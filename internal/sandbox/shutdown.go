@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/tenant"
@@ -54,11 +55,75 @@ func ValidOnExit(policy string) error {
 	return errdefs.InvalidArgument("on-exit: %q is not suspend, keep or terminate", policy)
 }
 
-// Shutdown applies the on-exit policy to every running sandbox. A named
-// session whose suspend fails (no CRIU here, a state CRIU refuses) is left
-// running rather than lost.
+// startsWait bounds how long Shutdown waits for the creates and resumes
+// under way (each is bounded by its own steps' timeouts; this is a
+// backstop).
+const startsWait = 3 * time.Minute
+
+// errStopping refuses a start once Shutdown has begun.
+func errStopping() error {
+	return errdefs.RetryAfter(errdefs.Unavailable("the daemon is stopping; try again once it is back"), 5*time.Second)
+}
+
+// beginStart counts a create or resume under way; done must be called
+// when it ends. Once Shutdown has begun it refuses (503), so nothing starts
+// a sandbox behind the on-exit policy's back.
+func (m *Manager) beginStart() (done func(), err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closing {
+		return nil, errStopping()
+	}
+	m.starting++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			m.mu.Lock()
+			m.starting--
+			m.startsDone.Broadcast()
+			m.mu.Unlock()
+		})
+	}, nil
+}
+
+// stopStarts refuses new creates and resumes (pool refills, background
+// work and requests alike) and waits, up to wait, for those under way.
+// It returns how many were still running when it gave up.
+func (m *Manager) stopStarts(wait time.Duration) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.closing = true
+	timer := time.AfterFunc(wait, func() {
+		m.mu.Lock()
+		m.startsDone.Broadcast()
+		m.mu.Unlock()
+	})
+	defer timer.Stop()
+	deadline := time.Now().Add(wait)
+	for m.starting > 0 && time.Now().Before(deadline) {
+		m.startsDone.Wait()
+	}
+	return m.starting
+}
+
+// StopStarting refuses new creates and resumes from now on (they answer
+// 503; pool refills stop) and waits, up to a few minutes, for those under
+// way. Shutdown does this first too; a daemon calls it earlier to say how
+// many sandboxes its policy will find.
+func (m *Manager) StopStarting() {
+	if n := m.stopStarts(startsWait); n > 0 {
+		m.log.Warn("stopping: creates or resumes still under way", "count", n, "waited", startsWait)
+	}
+}
+
+// Shutdown applies the on-exit policy to every running sandbox. First it
+// stops everything that starts sandboxes (pool refills, creates and
+// resumes, which then answer 503) and waits for those under way, so the
+// policy sees every sandbox there is. A named session whose suspend fails
+// (no CRIU here, a state CRIU refuses) is left running rather than lost.
 func (m *Manager) Shutdown(ctx context.Context, policy string) ShutdownReport {
 	rep := ShutdownReport{Failed: map[string]string{}}
+	m.StopStarting()
 	m.mu.Lock()
 	ls := make([]*live, 0, len(m.live))
 	for _, l := range m.live {

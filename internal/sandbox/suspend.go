@@ -258,6 +258,11 @@ func (m *Manager) Resume(ctx context.Context, ref string) (_ *api.Sandbox, err e
 		return nil, opErr(ctx, fmt.Errorf("%w; the sandbox stays suspended", err))
 	}
 	defer releaseQuota()
+	started, err := m.beginStart()
+	if err != nil {
+		return nil, fmt.Errorf("%w; the sandbox stays suspended", err)
+	}
+	defer started()
 	release, err := m.admitResume(ctx, sb.ID, sb.Spec)
 	if err != nil {
 		return nil, opErr(ctx, err)

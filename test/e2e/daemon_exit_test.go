@@ -1,16 +1,23 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/forkbox/forkbox/api"
+	"github.com/forkbox/forkbox/internal/store"
 )
 
 // waitLog waits for the daemon's log to contain want.
@@ -174,4 +181,130 @@ func TestImageReadiness(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), "image python ready") {
 		t.Fatalf("prepare with serve's flags: %v\n%s", err, out)
 	}
+}
+
+// TestStopDuringCreateBurst stops the daemon (SIGTERM, --on-exit=terminate)
+// while the default pool refills after a burst of creates took its
+// members: the refills are recorded but held before their sandboxes start
+// (FORKBOX_HOLD_DIR at create:recorded), and go on once the stop has
+// begun. The daemon must stop every starter and wait for those
+// under way before it applies its policy, so that it exits leaving no
+// sandbox process, its exit line counting every sandbox it ended, and no
+// live row in its store.
+func TestStopDuringCreateBurst(t *testing.T) {
+	needRoot(t)
+	hold := t.TempDir()
+	d := &daemon{dataDir: filepath.Join(t.TempDir(), "burst"), args: []string{"--on-exit=terminate", "--default-pool=2"},
+		env: []string{"FORKBOX_HOLD_DIR=" + hold}}
+	var err error
+	if d.addr, err = freePort(); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		os.Remove(filepath.Join(hold, "create:recorded"))
+		select {
+		case <-d.exited:
+		default:
+			d.deleteAll()
+			d.stop()
+		}
+	})
+	waitMetric(t, d, "forkbox_default_pool_ready 2")
+	// From now on every create waits at create:recorded.
+	if err := os.WriteFile(filepath.Join(hold, "create:recorded"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var created []string
+	for i := range 2 {
+		sb, err := d.c.CreateSandbox(ctxT(t), api.CreateSandboxRequest{Name: fmt.Sprintf("burst-%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		created = append(created, sb.ID)
+	}
+	// The two refills are recorded and wait, their sandboxes not started yet.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		reached, _ := filepath.Glob(filepath.Join(hold, "create:recorded@*.reached"))
+		if len(reached) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool's refills never reached create:recorded (%d did); log:\n%s", len(reached), d.logTail())
+		}
+	}
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	// Let the stop begin with the refills held, then let them go on.
+	select {
+	case <-d.exited:
+	case <-time.After(2 * time.Second):
+	}
+	if err := os.Remove(filepath.Join(hold, "create:recorded")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-d.exited:
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("the daemon did not exit; log:\n%s", d.logTail())
+	}
+	d.log.Close()
+	b, _ := os.ReadFile(d.log.Name())
+	m := regexp.MustCompile(`forkbox daemon stopped \(--on-exit=terminate\): (\d+) suspended, (\d+) terminated, (\d+) left running`).FindSubmatch(b)
+	if m == nil {
+		t.Fatalf("no exit line in the daemon's log:\n%s", b[max(0, len(b)-3000):])
+	}
+	if string(m[1]) != "0" || string(m[3]) != "0" {
+		t.Errorf("exit line %q: want nothing suspended or left running", m[0])
+	}
+	// What the store says the daemon ended at its stop is what it counted,
+	// and nothing of any sandbox is left on the host.
+	st, err := store.Open(context.Background(), "", d.dataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	rows, err := st.List(context.Background(), store.ListFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stoppedByExit := 0
+	for _, sb := range rows {
+		if !sb.State.Ended() {
+			t.Errorf("sandbox %s is %s after the daemon stopped with --on-exit=terminate", sb.ID, sb.State)
+		}
+		if sb.StateReason == "daemon stopping" {
+			stoppedByExit++
+		}
+		if n := processesOf(sb.ID); n > 0 {
+			t.Errorf("sandbox %s has %d processes after the daemon exited", sb.ID, n)
+		}
+		assertNoLeaks(t, d, sb.ID)
+	}
+	if got := fmt.Sprint(stoppedByExit); got != string(m[2]) || stoppedByExit != 4 {
+		t.Errorf("exit line %q; the store has %d sandboxes terminated by the stop; want 4 (2 handed out, 2 refills)", m[0], stoppedByExit)
+	}
+	for _, id := range created {
+		if !slices.ContainsFunc(rows, func(sb *store.Sandbox) bool { return sb.ID == id && sb.State == api.StateTerminated }) {
+			t.Errorf("created sandbox %s is not terminated", id)
+		}
+	}
+}
+
+// waitMetric waits until d's /metrics has a line want.
+func waitMetric(t *testing.T, d *daemon, want string) {
+	t.Helper()
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		resp, err := http.Get("http://" + d.addr + "/metrics")
+		if err != nil {
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if slices.Contains(strings.Split(string(b), "\n"), want) {
+			return
+		}
+	}
+	t.Fatalf("/metrics never said %q; log:\n%s", want, d.logTail())
 }
