@@ -340,6 +340,20 @@ type Pool struct {
 	Size       int       `json:"size"`
 	Ready      int       `json:"ready"`
 	CreatedAt  time.Time `json:"created_at"`
+	// Members are the pool's sandboxes not handed out yet, on this node
+	// (listed only when asked for: GET /v1/pools?members=true).
+	Members []PoolMember `json:"members,omitempty"`
+}
+
+// PoolMember is a sandbox a pool keeps ready (or one it made that failed
+// and has not been removed yet). Its id works with DELETE
+// /v1/sandboxes/{sandbox}.
+type PoolMember struct {
+	ID        string       `json:"id"`
+	State     SandboxState `json:"state"`
+	CreatedAt time.Time    `json:"created_at"`
+	// Node is the node that runs it (in a cluster).
+	Node string `json:"node,omitempty"`
 }
 
 // PoolList is the body of GET /v1/pools.

@@ -34,6 +34,18 @@ func (c *Client) ListPools(ctx context.Context) (*api.PoolList, error) {
 	return &list, nil
 }
 
+// ListPoolsWithMembers is ListPools with each pool's members: the
+// sandboxes it keeps ready on the node that answers (their ids work with
+// DeleteSandbox). For an admin key it also lists the daemon's default pool
+// (_default), whose members no other call shows.
+func (c *Client) ListPoolsWithMembers(ctx context.Context) (*api.PoolList, error) {
+	var list api.PoolList
+	if err := c.doJSON(ctx, http.MethodGet, "/v1/pools", url.Values{"members": {"true"}}, nil, &list); err != nil {
+		return nil, err
+	}
+	return &list, nil
+}
+
 // DeletePool removes a warm pool and terminates its ready sandboxes.
 // Sandboxes already handed out are not affected.
 func (c *Client) DeletePool(ctx context.Context, name string) error {

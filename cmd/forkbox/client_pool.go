@@ -168,15 +168,23 @@ forkbox create --pool NAME are replaced in the background.`,
 }
 
 func poolLsCmd() *cobra.Command {
-	return &cobra.Command{
+	var members bool
+	cmd := &cobra.Command{
 		Use:     "ls",
 		Aliases: []string{"list"},
 		Short:   "List warm pools",
 		Long: `List warm pools. SOURCE is the snapshot the pool restores, or the image it
-starts; READY is how many of its SIZE sandboxes are ready now.`,
+starts; READY is how many of its SIZE sandboxes are ready now.
+
+With --members, also the sandboxes each pool keeps ready (on the node that
+answers), one line each: forkbox rm ID removes one. An admin key also sees
+the daemon's default pool (_default), whose members no other listing shows.`,
 		Args: cobra.NoArgs,
 		RunE: run(func(ctx context.Context, c *client.Client, cmd *cobra.Command, _ []string) error {
 			list, err := c.ListPools(ctx)
+			if members {
+				list, err = c.ListPoolsWithMembers(ctx)
+			}
 			if err != nil {
 				return err
 			}
@@ -186,10 +194,32 @@ starts; READY is how many of its SIZE sandboxes are ready now.`,
 				}
 				return printJSON(cmd.OutOrStdout(), list)
 			}
+			if members {
+				printPoolMembers(cmd.OutOrStdout(), list.Pools, time.Now())
+				return nil
+			}
 			printPoolTable(cmd.OutOrStdout(), list.Pools, time.Now())
 			return nil
 		}),
 	}
+	cmd.Flags().BoolVar(&members, "members", false, "list the sandboxes each pool keeps ready")
+	return cmd
+}
+
+// printPoolMembers prints one line per ready sandbox of each pool (a pool
+// with none gets a line of dashes, so every pool shows).
+func printPoolMembers(w io.Writer, pools []api.Pool, now time.Time) {
+	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
+	fmt.Fprintln(tw, "POOL	SANDBOX	STATE	AGE")
+	for _, p := range pools {
+		if len(p.Members) == 0 {
+			fmt.Fprintf(tw, "%s	-	-	-\n", p.Name)
+		}
+		for _, sb := range p.Members {
+			fmt.Fprintf(tw, "%s	%s	%s	%s\n", p.Name, sb.ID, sb.State, humanAge(now, sb.CreatedAt))
+		}
+	}
+	tw.Flush()
 }
 
 func printPoolTable(w io.Writer, pools []api.Pool, now time.Time) {

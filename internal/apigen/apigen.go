@@ -84,6 +84,7 @@ var schemas = []struct {
 	{"ForkResult", reflect.TypeFor[api.ForkResult]()},
 	{"CreatePoolRequest", reflect.TypeFor[api.CreatePoolRequest]()},
 	{"Pool", reflect.TypeFor[api.Pool]()},
+	{"PoolMember", reflect.TypeFor[api.PoolMember]()},
 	{"PoolList", reflect.TypeFor[api.PoolList]()},
 	{"Image", reflect.TypeFor[api.Image]()},
 	{"ImageList", reflect.TypeFor[api.ImageList]()},

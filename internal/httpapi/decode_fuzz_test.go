@@ -242,6 +242,12 @@ func (fuzzRuntime) DialPort(context.Context, string, *runtime.Info, int) (net.Co
 	return nil, errors.New("no sandboxes here")
 }
 func (fuzzRuntime) SandboxDirs() ([]string, error) { return nil, nil }
+func (fuzzRuntime) LeftoverCRIU(context.Context, time.Duration) (found, killed []int) {
+	return nil, nil
+}
+func (fuzzRuntime) Recover(context.Context, string) (runtime.Recovered, error) {
+	return runtime.Recovered{}, nil
+}
 
 type fuzzImages struct{}
 

@@ -53,6 +53,12 @@ func (nopRuntime) DialPort(context.Context, string, *runtime.Info, int) (net.Con
 	return nil, errors.New("no sandboxes here")
 }
 func (nopRuntime) SandboxDirs() ([]string, error) { return nil, nil }
+func (nopRuntime) LeftoverCRIU(context.Context, time.Duration) (found, killed []int) {
+	return nil, nil
+}
+func (nopRuntime) Recover(context.Context, string) (runtime.Recovered, error) {
+	return runtime.Recovered{}, nil
+}
 
 // fakeImages is an image store in memory.
 type fakeImages struct {

@@ -2,8 +2,12 @@ package httpapi
 
 import (
 	"net/http"
+	"strconv"
 
 	"github.com/forkbox/forkbox/api"
+	"github.com/forkbox/forkbox/internal/errdefs"
+	"github.com/forkbox/forkbox/internal/sandbox"
+	"github.com/forkbox/forkbox/internal/tenant"
 )
 
 func (s *Server) checkpoint(w http.ResponseWriter, r *http.Request) error {
@@ -91,8 +95,26 @@ func (s *Server) createPool(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// listPools lists the caller's pools; with members=true each with the
+// sandboxes it keeps ready, and for an admin the default pool too (whose
+// members no other route shows).
 func (s *Server) listPools(w http.ResponseWriter, r *http.Request) error {
-	writeJSON(w, http.StatusOK, api.PoolList{Pools: s.mgr.ListPools(r.Context())})
+	var o sandbox.PoolListOptions
+	if v := r.URL.Query().Get("members"); v != "" {
+		members, err := strconv.ParseBool(v)
+		if err != nil {
+			return errdefs.InvalidArgument("members: %q is not a boolean", v)
+		}
+		o.Members = members
+	}
+	if p, ok := tenant.From(r.Context()); o.Members && ok && p.Admin {
+		o.DefaultPool = true
+	}
+	pools, err := s.mgr.ListPools(r.Context(), o)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, api.PoolList{Pools: pools})
 	return nil
 }
 

@@ -71,7 +71,7 @@ func (m *Manager) noQuotas(ctx context.Context) bool {
 // ready members that a restarted daemon left running; members beyond the
 // size (or all, when the pool is off) are ended.
 func (m *Manager) startDefaultPool(ctx context.Context) error {
-	list, err := m.store.List(tenant.Unscoped(ctx), store.ListFilter{State: api.StateRunning, Node: m.node,
+	list, err := m.store.List(tenant.Unscoped(ctx), store.ListFilter{Node: m.node,
 		Labels: map[string]string{PoolLabel: DefaultPoolName, PoolReadyLabel: "true"}})
 	if err != nil {
 		return err
@@ -80,8 +80,14 @@ func (m *Manager) startDefaultPool(ctx context.Context) error {
 	if m.defPoolSize > 0 {
 		p = &pool{rec: store.Pool{Tenant: tenant.Default, Name: DefaultPoolName, Image: image.DefaultImage, Size: m.defPoolSize}}
 	}
-	for _, sb := range list {
-		if p != nil && len(p.ready) < p.rec.Size && sb.Tenant == tenant.Default && m.findLive(sb.ID) != nil {
+	// Oldest first; members that failed (no API call shows them) are
+	// ended too.
+	for i := len(list) - 1; i >= 0; i-- {
+		sb := list[i]
+		if sb.State == api.StateTerminated || m.elsewhere(sb) {
+			continue
+		}
+		if p != nil && len(p.ready) < p.rec.Size && sb.State == api.StateRunning && sb.Tenant == tenant.Default && m.findLive(sb.ID) != nil {
 			p.ready = append(p.ready, sb.ID)
 			m.markPooled(sb.ID, true)
 			continue

@@ -631,6 +631,7 @@ func (m *Manager) setError(ctx context.Context, id, reason string) {
 		m.log.Error("clean up failed sandbox", "sandbox", id, "err", err)
 	}
 	m.log.Warn("sandbox failed", "sandbox", id, "reason", reason)
+	m.memberGone(id, true)
 }
 
 var errAlready = errors.New("already in that state")
@@ -807,6 +808,7 @@ func (m *Manager) terminate(ctx context.Context, id, reason string, o lockOpts) 
 	}
 	m.metrics.terminated.WithLabelValues(reason).Inc()
 	m.log.Info("sandbox terminated", "sandbox", id, "reason", reason)
+	m.memberGone(id, false)
 	return m.view(sb), nil
 }
 

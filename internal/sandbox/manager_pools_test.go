@@ -3,9 +3,11 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/forkbox/forkbox/api"
 	"github.com/forkbox/forkbox/internal/errdefs"
@@ -16,7 +18,11 @@ import (
 
 // poolReady is how many ready sandboxes pool name holds.
 func (e *testEnv) poolReady(name string) int {
-	for _, p := range e.m.ListPools(e.ctx) {
+	pools, err := e.m.ListPools(e.ctx, PoolListOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, p := range pools {
 		if p.Name == name {
 			return p.Ready
 		}
@@ -96,7 +102,7 @@ func TestPoolHandOutAndRefill(t *testing.T) {
 			t.Fatalf("ready sandbox of a deleted pool: %s (%s)", sb.State, sb.StateReason)
 		}
 	}
-	if len(e.m.ListPools(e.ctx)) != 0 {
+	if pools, _ := e.m.ListPools(e.ctx, PoolListOptions{}); len(pools) != 0 {
 		t.Fatal("pool listed after delete")
 	}
 	_, err = e.m.Create(e.ctx, &api.CreateSandboxRequest{Pool: "analysts"})
@@ -142,9 +148,10 @@ func TestPoolUnusableAndEmpty(t *testing.T) {
 		t.Fatalf("the empty pool's request was not started as its own: hostname %q", h)
 	}
 	for _, id := range ready {
-		if s := e.row(id); s.State != api.StateTerminated || s.StateReason != "unusable pool sandbox" {
-			t.Fatalf("dead ready sandbox %s: %s (%s)", id, s.State, s.StateReason)
-		}
+		e.eventually("the dead ready sandbox "+id+" is ended", func() bool {
+			s := e.row(id)
+			return s.State == api.StateTerminated && s.StateReason == "unusable pool sandbox"
+		})
 	}
 	// The refills that waited fill the pool again.
 	close(release)
@@ -311,4 +318,71 @@ func TestSuspendQuota(t *testing.T) {
 	if rep := e.m.Shutdown(e.ctx, OnExitSuspend); rep.Suspended != 1 {
 		t.Fatalf("shutdown: %s %v", rep, rep.Failed)
 	}
+}
+
+// A restart trims what a previous daemon left ready to the pools' sizes
+// now (oldest kept), ends ready sandboxes whose pool is gone, and lists
+// the members (the default pool's too, for admins) so they can be seen
+// and removed.
+func TestStartTrimsAndListsPoolMembers(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{defaultPool: 1})
+	if err := e.st.CreatePool(e.ctx, &store.Pool{Tenant: tenant.Default, Name: "p", Image: "python", Size: 1, CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	seedReady := func(id, pool string, state api.SandboxState, live bool) {
+		labels := map[string]string{PoolLabel: pool, PoolReadyLabel: "true"}
+		e.seed(&store.Sandbox{ID: id, State: state, Spec: store.Spec{MemoryMB: 1024, CPUs: 1, TimeoutSecs: 300, Labels: labels}}, live)
+		e.clock.advance(time.Second) // oldest first
+	}
+	seedReady("sbx_p_old", "p", api.StateRunning, true)
+	seedReady("sbx_p_new", "p", api.StateRunning, true)
+	seedReady("sbx_gone_pool", "q", api.StateRunning, true)
+	seedReady("sbx_def_old", DefaultPoolName, api.StateRunning, true)
+	seedReady("sbx_def_new", DefaultPoolName, api.StateRunning, true)
+	seedReady("sbx_def_err", DefaultPoolName, api.StateError, false)
+	e.start()
+	for id, want := range map[string]api.SandboxState{
+		"sbx_p_old": api.StateRunning, "sbx_p_new": api.StateTerminated, "sbx_gone_pool": api.StateTerminated,
+		"sbx_def_old": api.StateRunning, "sbx_def_new": api.StateTerminated, "sbx_def_err": api.StateTerminated,
+	} {
+		if got := e.row(id).State; got != want {
+			t.Errorf("%s: %s (%s); want %s", id, got, e.row(id).StateReason, want)
+		}
+	}
+	// A tenant's listing: its pools, members on request.
+	plain, err := e.m.ListPools(e.ctx, PoolListOptions{})
+	if err != nil || len(plain) != 1 || plain[0].Members != nil {
+		t.Fatalf("pools without members: %+v %v", plain, err)
+	}
+	admin, err := e.m.ListPools(e.ctx, PoolListOptions{Members: true, DefaultPool: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]string{}
+	for _, p := range admin {
+		for _, sb := range p.Members {
+			got[p.Name] = append(got[p.Name], sb.ID+":"+string(sb.State))
+		}
+	}
+	want := map[string][]string{"p": {"sbx_p_old:running"}, DefaultPoolName: {"sbx_def_old:running"}}
+	if len(admin) != 2 || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("members: %v (%d pools); want %v", got, len(admin), want)
+	}
+	// A member can be removed by its id; its pool refills.
+	if _, err := e.m.Delete(e.ctx, "sbx_def_old"); err != nil {
+		t.Fatalf("delete a default pool member: %v", err)
+	}
+	e.eventually("the default pool refilled", func() bool {
+		pools, err := e.m.ListPools(e.ctx, PoolListOptions{Members: true, DefaultPool: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pools {
+			if p.Name == DefaultPoolName {
+				return p.Ready == 1 && len(p.Members) == 1 && p.Members[0].ID != "sbx_def_old"
+			}
+		}
+		return false
+	})
 }

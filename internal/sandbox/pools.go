@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -100,8 +101,17 @@ func owner(ctx context.Context) string {
 	return tenant.Default
 }
 
+// PoolListOptions tune ListPools.
+type PoolListOptions struct {
+	// Members lists each pool's sandboxes not handed out yet.
+	Members bool
+	// DefaultPool adds the default pool (DefaultPoolName), whose members
+	// no other call shows: for admins.
+	DefaultPool bool
+}
+
 // ListPools lists the pools (of the context's tenant, if it has one).
-func (m *Manager) ListPools(ctx context.Context) []api.Pool {
+func (m *Manager) ListPools(ctx context.Context, o PoolListOptions) ([]api.Pool, error) {
 	scope := tenant.Of(ctx)
 	m.mu.Lock()
 	ps := make([]*pool, 0, len(m.pools))
@@ -110,13 +120,58 @@ func (m *Manager) ListPools(ctx context.Context) []api.Pool {
 			ps = append(ps, p)
 		}
 	}
+	if o.DefaultPool && m.defPool != nil {
+		ps = append(ps, m.defPool)
+	}
 	m.mu.Unlock()
-	out := make([]api.Pool, 0, len(ps))
+	out := make([]api.Pool, 0, len(ps)+1)
 	for _, p := range ps {
 		out = append(out, m.poolView(p))
 	}
+	if o.DefaultPool && m.defaultPool() == nil {
+		// Off (size 0), but members a previous daemon left may be there.
+		out = append(out, api.Pool{Name: DefaultPoolName, Image: image.DefaultImage})
+	}
+	if o.Members {
+		for i := range out {
+			owner := scope
+			if out[i].Name == DefaultPoolName {
+				owner = tenant.Default
+			}
+			members, err := m.poolMembers(ctx, owner, out[i].Name)
+			if err != nil {
+				return nil, err
+			}
+			out[i].Members = members
+		}
+	}
 	sortPools(out)
-	return out
+	return out, nil
+}
+
+// poolMembers lists the live sandboxes labelled ready for pool name of
+// tenant owner ("": any) on this node, oldest first.
+func (m *Manager) poolMembers(ctx context.Context, owner, name string) ([]api.PoolMember, error) {
+	if name == DefaultPoolName {
+		ctx = tenant.Unscoped(ctx)
+	}
+	list, err := m.store.List(ctx, store.ListFilter{Tenant: owner, Node: m.node, Labels: map[string]string{PoolLabel: name, PoolReadyLabel: "true"}})
+	if err != nil {
+		return nil, err
+	}
+	var out []api.PoolMember
+	for i := len(list) - 1; i >= 0; i-- {
+		sb := list[i]
+		if sb.State == api.StateTerminated || m.elsewhere(sb) {
+			continue
+		}
+		pm := api.PoolMember{ID: sb.ID, State: sb.State, CreatedAt: sb.CreatedAt}
+		if m.node != "" {
+			pm.Node = sb.Node
+		}
+		out = append(out, pm)
+	}
+	return out, nil
 }
 
 // DeletePool removes a pool and terminates its ready sandboxes.
@@ -244,6 +299,37 @@ func imageIfNoSnapshot(r store.Pool) string {
 		return ""
 	}
 	return r.Image
+}
+
+// memberGone takes sandbox id out of the pool that keeps it ready, if
+// any, and refills that pool: a ready sandbox that was deleted by its id,
+// or died, is no longer ready. One that died (failed) is ended too, in the
+// background (whatever failed it may hold its lock): nobody else would.
+func (m *Manager) memberGone(id string, failed bool) {
+	m.mu.Lock()
+	ps := make([]*pool, 0, len(m.pools)+1)
+	for _, p := range m.pools {
+		ps = append(ps, p)
+	}
+	if m.defPool != nil {
+		ps = append(ps, m.defPool)
+	}
+	m.mu.Unlock()
+	for _, p := range ps {
+		p.mu.Lock()
+		i := slices.Index(p.ready, id)
+		if i >= 0 {
+			p.ready = slices.Delete(p.ready, i, i+1)
+		}
+		p.mu.Unlock()
+		if i >= 0 {
+			if failed {
+				go m.terminate(context.Background(), id, "unusable pool sandbox", lockOpts{})
+			}
+			m.refill(p)
+			return
+		}
+	}
 }
 
 // markPooled exempts a ready sandbox from idle reaping (or ends that).
@@ -389,11 +475,26 @@ func (m *Manager) claim(ctx context.Context, id string, req *api.CreateSandboxRe
 }
 
 // loadPools restores the pools at start: their records, and as ready
-// sandboxes the running ones still labelled ready.
+// sandboxes the running ones still labelled ready, up to each pool's size
+// (the oldest first); the rest, and ready sandboxes whose pool is gone,
+// are ended.
 func (m *Manager) loadPools(ctx context.Context) error {
 	recs, err := m.store.ListPools(ctx)
 	if err != nil {
 		return err
+	}
+	known := map[string]bool{poolKey(tenant.Default, DefaultPoolName): true}
+	for _, rec := range recs {
+		known[poolKey(rec.Tenant, rec.Name)] = true
+	}
+	strays, err := m.store.List(ctx, store.ListFilter{Node: m.node, Labels: map[string]string{PoolReadyLabel: "true"}})
+	if err != nil {
+		return err
+	}
+	for _, sb := range strays {
+		if !sb.State.Ended() && !m.elsewhere(sb) && !known[poolKey(sb.Tenant, sb.Spec.Labels[PoolLabel])] {
+			m.terminate(context.WithoutCancel(ctx), sb.ID, "its pool no longer exists", lockOpts{})
+		}
 	}
 	for _, rec := range recs {
 		p := &pool{rec: *rec}
@@ -402,10 +503,15 @@ func (m *Manager) loadPools(ctx context.Context) error {
 			return err
 		}
 		for i := len(list) - 1; i >= 0; i-- {
-			if m.findLive(list[i].ID) != nil {
-				p.ready = append(p.ready, list[i].ID)
-				m.markPooled(list[i].ID, true)
+			if m.elsewhere(list[i]) || m.findLive(list[i].ID) == nil {
+				continue
 			}
+			if len(p.ready) >= rec.Size {
+				m.terminate(context.WithoutCancel(ctx), list[i].ID, "pool is smaller now", lockOpts{})
+				continue
+			}
+			p.ready = append(p.ready, list[i].ID)
+			m.markPooled(list[i].ID, true)
 		}
 		m.mu.Lock()
 		if m.pools == nil {

@@ -2,8 +2,11 @@ package e2e
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"net/http"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -265,5 +268,66 @@ func TestDefaultPool(t *testing.T) {
 	sb3 := newSandbox(t, d, api.CreateSandboxRequest{})
 	if ex, err := d.c.RunCode(ctx, sb3.ID, api.RunCodeRequest{Code: "1+1"}); err != nil || ex.ExecutionCount != 1 || !slices.Contains(was, filepath.Join(d.dataDir, "sandboxes", sb3.ID)) {
 		t.Fatalf("a member adopted after a restart: %+v, %v (%s not among %v)", ex, err, sb3.ID, was)
+	}
+
+	// Members left running over a restart are no list's sandboxes, but an
+	// admin sees them (forkbox pool ls --members), a start trims them to
+	// the configured size, and each can be removed by its id.
+	waitPool(t, d, admin, 2, 4)
+	members := func() []api.PoolMember {
+		t.Helper()
+		cmd := exec.Command(binary, "pool", "ls", "--members", "--json")
+		cmd.Env = append(os.Environ(), "FORKBOX_URL=http://"+d.addr, "FORKBOX_API_KEY="+admin)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("forkbox pool ls --members: %v\n%s", err, out)
+		}
+		var list api.PoolList
+		if err := json.Unmarshal(out, &list); err != nil {
+			t.Fatalf("forkbox pool ls --members --json: %v\n%s", err, out)
+		}
+		for _, p := range list.Pools {
+			if p.Name == "_default" {
+				return p.Members
+			}
+		}
+		t.Fatalf("forkbox pool ls --members shows no default pool to an admin:\n%s", out)
+		return nil
+	}
+	prev := members()
+	if len(prev) != 2 {
+		t.Fatalf("default pool members: %+v; want 2", prev)
+	}
+	d.stop()
+	d.args = []string{"--default-pool=1"}
+	if err := d.start(); err != nil {
+		t.Fatal(err)
+	}
+	waitPool(t, d, admin, 1, 3)
+	after := members()
+	if len(after) != 1 || after[0].ID != prev[0].ID || after[0].State != api.StateRunning {
+		t.Fatalf("members after a restart with --default-pool=1: %+v; want the oldest of %+v, running", after, prev)
+	}
+	if sb, err := d.c.GetSandbox(ctx, prev[1].ID); err == nil && sb.State != api.StateTerminated {
+		t.Fatalf("a trimmed member is still there: %+v", sb)
+	}
+	assertNoLeaks(t, d, prev[1].ID)
+	if _, err := d.c.DeleteSandbox(ctx, after[0].ID); err != nil {
+		t.Fatalf("delete a member by its id: %v", err)
+	}
+	// The pool refills (the users' sandboxes may have idled out by now:
+	// count members, not running sandboxes).
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		again := members()
+		if len(again) == 1 && again[0].ID != after[0].ID && again[0].State == api.StateRunning {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("members after deleting one: %+v; want a new one", again)
+		}
+	}
+	// Without members, the default pool is not among the pools.
+	if list, err := d.c.ListPools(ctx); err != nil || len(list.Pools) != 0 {
+		t.Fatalf("pools without members: %+v %v", list, err)
 	}
 }

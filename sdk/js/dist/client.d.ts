@@ -44,8 +44,13 @@ export declare class ForkboxClient {
     deleteSnapshot(id: string, opts?: CallOptions): Promise<void>;
     /** Creates a warm pool; Sandbox.create({pool}) takes from it. */
     createPool(opts: CreatePoolOptions): Promise<PoolInfo>;
-    /** Lists the warm pools. */
-    listPools(opts?: CallOptions): Promise<PoolInfo[]>;
+    /**
+     * Lists the warm pools; with `members: true` each with the sandboxes it
+     * keeps ready (an admin key also gets the daemon's default pool, `_default`).
+     */
+    listPools(opts?: CallOptions & {
+        members?: boolean;
+    }): Promise<PoolInfo[]>;
     /** Deletes a warm pool and its ready sandboxes. */
     deletePool(name: string, opts?: CallOptions): Promise<void>;
     /** Lists the images. */

@@ -63,9 +63,13 @@ export class ForkboxClient {
             body.image = opts.image;
         return toPoolInfo(await this.transport.json({ method: "POST", path: "/v1/pools", json: body, signal: opts.signal }));
     }
-    /** Lists the warm pools. */
+    /**
+     * Lists the warm pools; with `members: true` each with the sandboxes it
+     * keeps ready (an admin key also gets the daemon's default pool, `_default`).
+     */
     async listPools(opts = {}) {
-        const w = await this.transport.json({ method: "GET", path: "/v1/pools", signal: opts.signal });
+        const path = opts.members ? "/v1/pools?members=true" : "/v1/pools";
+        const w = await this.transport.json({ method: "GET", path, signal: opts.signal });
         return (w.pools ?? []).map(toPoolInfo);
     }
     /** Deletes a warm pool and its ready sandboxes. */

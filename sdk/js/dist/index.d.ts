@@ -27,4 +27,4 @@ export { Files, Sandbox, type CheckpointOptions, type CreateContextOptions, type
 export { readSSE, SSEParser, type SSEEvent } from "./sse.js";
 /** The API's JSON wire types (snake_case), generated from /v1/openapi.json. */
 export type * as wire from "./wire.js";
-export { CheckpointType, Execution, type BuildEvent, type CheckpointKind, type CodeContext, type CommandResult, type ExecutionError, type FileInfo, type ImageInfo, type Logs, type NetworkPolicy, type PoolInfo, type PortInfo, type Result, type SandboxInfo, type SandboxState, type Snapshot, type Usage, type WriteInfo, } from "./types.js";
+export { CheckpointType, Execution, type BuildEvent, type CheckpointKind, type CodeContext, type CommandResult, type ExecutionError, type FileInfo, type ImageInfo, type Logs, type NetworkPolicy, type PoolInfo, type PoolMember, type PortInfo, type Result, type SandboxInfo, type SandboxState, type Snapshot, type Usage, type WriteInfo, } from "./types.js";

@@ -226,6 +226,15 @@ export interface PoolInfo {
     size: number;
     ready: number;
     createdAt: Date;
+    /** The sandboxes it keeps ready (only from `listPools({ members: true })`). */
+    members?: PoolMember[];
+}
+/** A sandbox a pool keeps ready; `Sandbox.connect(id)` or a delete by id works on it. */
+export interface PoolMember {
+    id: string;
+    state: SandboxState;
+    createdAt: Date;
+    node?: string;
 }
 /**
  * The egress policy of a sandbox with internet access. By default it
@@ -315,6 +324,8 @@ export declare function toImageInfo(w: Received<wire.Image>): ImageInfo;
 export declare function toBuildEvent(w: Received<wire.BuildEvent>, name?: string): BuildEvent;
 /** @internal */
 export declare function toPoolInfo(w: Received<wire.Pool>): PoolInfo;
+/** @internal */
+export declare function toPoolMember(w: Received<wire.PoolMember>): PoolMember;
 /** @internal */
 export declare function toPortInfo(w: Received<wire.Port>): PortInfo;
 /**

@@ -392,6 +392,13 @@ const poolInfoKeys = {
     size: "size",
     ready: "ready",
     created_at: "createdAt",
+    members: "members",
+};
+const poolMemberKeys = {
+    id: "id",
+    state: "state",
+    created_at: "createdAt",
+    node: "node",
 };
 /** @internal */
 export function toPoolInfo(w) {
@@ -404,7 +411,16 @@ export function toPoolInfo(w) {
     };
     if (opt(w.snapshot_id))
         p.snapshotId = w.snapshot_id;
+    if (Array.isArray(w.members))
+        p.members = w.members.map(toPoolMember);
     return p;
+}
+/** @internal */
+export function toPoolMember(w) {
+    const m = { id: w.id, state: w.state, createdAt: date(w.created_at) };
+    if (opt(w.node))
+        m.node = w.node;
+    return m;
 }
 const inListings = "set in listings of a sandbox's ports only (GET /ports), which the SDK does not make";
 const portInfoKeys = {
@@ -445,5 +461,6 @@ export const conversions = [
     { wire: "Image", type: "ImageInfo", convert: toImageInfo, keys: imageInfoKeys },
     { wire: "BuildEvent", type: "BuildEvent", convert: toBuildEvent, keys: buildEventKeys },
     { wire: "Pool", type: "PoolInfo", convert: toPoolInfo, keys: poolInfoKeys },
+    { wire: "PoolMember", type: "PoolMember", convert: toPoolMember, keys: poolMemberKeys },
     { wire: "Port", type: "PortInfo", convert: toPortInfo, keys: portInfoKeys },
 ];

@@ -84,9 +84,13 @@ export class ForkboxClient {
     return toPoolInfo(await this.transport.json<Wire>({ method: "POST", path: "/v1/pools", json: body, signal: opts.signal }));
   }
 
-  /** Lists the warm pools. */
-  async listPools(opts: CallOptions = {}): Promise<PoolInfo[]> {
-    const w = await this.transport.json<Wire>({ method: "GET", path: "/v1/pools", signal: opts.signal });
+  /**
+   * Lists the warm pools; with `members: true` each with the sandboxes it
+   * keeps ready (an admin key also gets the daemon's default pool, `_default`).
+   */
+  async listPools(opts: CallOptions & { members?: boolean } = {}): Promise<PoolInfo[]> {
+    const path = opts.members ? "/v1/pools?members=true" : "/v1/pools";
+    const w = await this.transport.json<Wire>({ method: "GET", path, signal: opts.signal });
     return (w.pools ?? []).map(toPoolInfo);
   }
 

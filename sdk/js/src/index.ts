@@ -74,6 +74,7 @@ export {
   type Logs,
   type NetworkPolicy,
   type PoolInfo,
+  type PoolMember,
   type PortInfo,
   type Result,
   type SandboxInfo,

@@ -279,6 +279,16 @@ export interface PoolInfo {
   size: number;
   ready: number;
   createdAt: Date;
+  /** The sandboxes it keeps ready (only from `listPools({ members: true })`). */
+  members?: PoolMember[];
+}
+
+/** A sandbox a pool keeps ready; `Sandbox.connect(id)` or a delete by id works on it. */
+export interface PoolMember {
+  id: string;
+  state: SandboxState;
+  createdAt: Date;
+  node?: string;
 }
 
 /**
@@ -682,7 +692,15 @@ const poolInfoKeys = {
   size: "size",
   ready: "ready",
   created_at: "createdAt",
+  members: "members",
 } satisfies WireKeys<wire.Pool, PoolInfo>;
+
+const poolMemberKeys = {
+  id: "id",
+  state: "state",
+  created_at: "createdAt",
+  node: "node",
+} satisfies WireKeys<wire.PoolMember, PoolMember>;
 
 /** @internal */
 export function toPoolInfo(w: Received<wire.Pool>): PoolInfo {
@@ -694,7 +712,15 @@ export function toPoolInfo(w: Received<wire.Pool>): PoolInfo {
     createdAt: date(w.created_at),
   };
   if (opt(w.snapshot_id)) p.snapshotId = w.snapshot_id;
+  if (Array.isArray(w.members)) p.members = w.members.map(toPoolMember);
   return p;
+}
+
+/** @internal */
+export function toPoolMember(w: Received<wire.PoolMember>): PoolMember {
+  const m: PoolMember = { id: w.id, state: w.state as SandboxState, createdAt: date(w.created_at) };
+  if (opt(w.node)) m.node = w.node;
+  return m;
 }
 
 const inListings = "set in listings of a sandbox's ports only (GET /ports), which the SDK does not make";
@@ -738,5 +764,6 @@ export const conversions: readonly { wire: string; type: string; convert: (w: Wi
   { wire: "Image", type: "ImageInfo", convert: toImageInfo, keys: imageInfoKeys },
   { wire: "BuildEvent", type: "BuildEvent", convert: toBuildEvent, keys: buildEventKeys },
   { wire: "Pool", type: "PoolInfo", convert: toPoolInfo, keys: poolInfoKeys },
+  { wire: "PoolMember", type: "PoolMember", convert: toPoolMember, keys: poolMemberKeys },
   { wire: "Port", type: "PortInfo", convert: toPortInfo, keys: portInfoKeys },
 ];

@@ -463,6 +463,24 @@ export interface Pool {
   /** How many are ready now; the rest are being started. */
   ready: number;
   created_at: string;
+  /**
+   * members are the pool's sandboxes not handed out yet, on this node (listed
+   * only when asked for: GET /v1/pools?members=true).
+   */
+  members?: PoolMember[];
+}
+
+/**
+ * PoolMember is a sandbox a pool keeps ready (or one it made that failed and
+ * has not been removed yet). Its id works with DELETE
+ * /v1/sandboxes/{sandbox}.
+ */
+export interface PoolMember {
+  id: string;
+  state: "creating" | "running" | "suspending" | "suspended" | "resuming" | "terminated" | "error" | "lost";
+  created_at: string;
+  /** node is the node that runs it (in a cluster). */
+  node?: string;
 }
 
 /** PoolList is the body of GET /v1/pools. */

@@ -444,6 +444,7 @@ class NotebookRun(_Record[wire.NotebookRun]):
 
 class Pool(_Record[wire.Pool]):
     """A warm pool: ``name``, ``snapshot_id`` or ``image``, ``size``,
-    ``ready``."""
+    ``ready``, and with ``list_pools(members=True)`` its ``members``: the
+    sandboxes it keeps ready, as dicts (``id``, ``state``, ``created_at``)."""
 
-    _fields = ("name", "snapshot_id", "image", "size", "ready", "created_at")
+    _fields = ("name", "snapshot_id", "image", "size", "ready", "created_at", "members")

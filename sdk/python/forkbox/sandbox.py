@@ -685,9 +685,14 @@ def create_pool(name: str, size: int, snapshot_id: Union[str, Snapshot, None] = 
     return Pool(c.request_json("POST", "/v1/pools", None, body))
 
 
-def list_pools(*, url: Optional[str] = None, api_key: Optional[str] = None, client: Optional[Client] = None) -> List[Pool]:
+def list_pools(*, members: bool = False, url: Optional[str] = None, api_key: Optional[str] = None,
+               client: Optional[Client] = None) -> List[Pool]:
+    """The warm pools; with ``members=True`` each with the sandboxes it keeps
+    ready (``Pool.members``; an admin key also gets the daemon's default
+    pool, ``_default``)."""
     c = resolve_client(client, url, api_key)
-    return [Pool(p) for p in (c.request_json("GET", "/v1/pools") or {}).get("pools") or []]
+    path = "/v1/pools?members=true" if members else "/v1/pools"
+    return [Pool(p) for p in (c.request_json("GET", path) or {}).get("pools") or []]
 
 
 def delete_pool(name: str, *, url: Optional[str] = None, api_key: Optional[str] = None,

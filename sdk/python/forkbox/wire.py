@@ -34,6 +34,7 @@ __all__ = [
     "ForkResult",
     "CreatePoolRequest",
     "Pool",
+    "PoolMember",
     "PoolList",
     "Image",
     "ImageList",
@@ -525,6 +526,25 @@ class Pool(_PoolRequired, total=False):
 
     #: The golden snapshot the pool restores, if any.
     snapshot_id: str
+    #: members are the pool's sandboxes not handed out yet, on this node
+    #: (listed only when asked for: GET /v1/pools?members=true).
+    members: List[PoolMember]
+
+
+class _PoolMemberRequired(TypedDict):
+    id: str
+    state: Literal["creating", "running", "suspending", "suspended", "resuming", "terminated", "error", "lost"]
+    created_at: str
+
+
+class PoolMember(_PoolMemberRequired, total=False):
+    """PoolMember is a sandbox a pool keeps ready (or one it made that failed
+    and has not been removed yet). Its id works with DELETE
+    /v1/sandboxes/{sandbox}.
+    """
+
+    #: node is the node that runs it (in a cluster).
+    node: str
 
 
 class PoolList(TypedDict):
