@@ -15,6 +15,7 @@ import (
 	"github.com/forkbox/forkbox/internal/agent/server"
 	"github.com/forkbox/forkbox/internal/cluster"
 	"github.com/forkbox/forkbox/internal/daemon"
+	"github.com/forkbox/forkbox/internal/httpapi"
 	"github.com/forkbox/forkbox/internal/image"
 	"github.com/forkbox/forkbox/internal/sandbox"
 	"github.com/forkbox/forkbox/internal/sandboxinit"
@@ -116,7 +117,30 @@ func addServeFlags(cmd *cobra.Command, cfg *daemon.Config, debug *bool) {
 	cmd.Flags().Var(newNotBool(&cfg.NoLazyRestore, lazyOff), "lazy-restore",
 		"restore memory snapshots lazily where the host allows: the sandbox starts while its pages are copied in, instead of after (env FORKBOX_LAZY_RESTORE=0 turns it off)")
 	cmd.Flags().Lookup("lazy-restore").NoOptDefVal = "true"
+	addHTTPFlags(cmd, cfg)
 	addClusterFlags(cmd, cfg)
+}
+
+// addHTTPFlags adds the flags of the HTTP server's edges (docs/OPERATIONS.md,
+// "The HTTP edge").
+func addHTTPFlags(cmd *cobra.Command, cfg *daemon.Config) {
+	f := cmd.Flags()
+	f.DurationVar(&cfg.HTTPIdleTimeout, "http-idle-timeout", envDuration("FORKBOX_HTTP_IDLE_TIMEOUT", httpapi.DefaultIdleTimeout),
+		"how long a keep-alive connection may wait for its next request before the daemon closes it (env FORKBOX_HTTP_IDLE_TIMEOUT)")
+	maxConns := daemon.DefaultHTTPMaxConns()
+	if v, err := strconv.Atoi(os.Getenv("FORKBOX_HTTP_MAX_CONNS")); err == nil && v != 0 {
+		maxConns = v
+	}
+	f.IntVar(&cfg.HTTPMaxConns, "http-max-conns", maxConns,
+		"most connections the API keeps open at once: at the cap the longest idle one is closed, and new ones wait while all are busy; default a quarter of the daemon's open-file limit, -1 for no cap (env FORKBOX_HTTP_MAX_CONNS)")
+}
+
+// envDuration is the duration in env var key, else def.
+func envDuration(key string, def time.Duration) time.Duration {
+	if v, err := time.ParseDuration(os.Getenv(key)); err == nil && v > 0 {
+		return v
+	}
+	return def
 }
 
 // addClusterFlags adds the flags of the shared stores and of a node of a

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/forkbox/forkbox/internal/analyst"
@@ -90,7 +91,25 @@ type Config struct {
 	Advertise   string
 	NodeTimeout time.Duration
 	OnNodeLost  string
-	Logger      *slog.Logger
+	// The HTTP server's edges (httpapi, edges.go; zero: httpapi's
+	// defaults): a keep-alive connection is closed after HTTPIdleTimeout
+	// without a request, and at most HTTPMaxConns connections are served
+	// at once (0: DefaultHTTPMaxConns; negative: no cap).
+	HTTPIdleTimeout time.Duration
+	HTTPMaxConns    int
+	Logger          *slog.Logger
+}
+
+// DefaultHTTPMaxConns is the default cap on the API's open connections: a
+// quarter of the daemon's open-file limit (each proxied connection to a
+// sandbox's port holds a second descriptor), so that clients cannot take
+// the descriptors that sandboxes, snapshots and the store need; at least 64.
+func DefaultHTTPMaxConns() int {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil || rl.Cur > 1<<30 {
+		return 1 << 16
+	}
+	return max(64, int(rl.Cur/4))
 }
 
 // Defaults of the blob store's settings.
@@ -388,8 +407,13 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, err
 	}
+	maxConns := cfg.HTTPMaxConns
+	if maxConns == 0 {
+		maxConns = DefaultHTTPMaxConns()
+	}
 	hcfg := httpapi.Config{APIKey: cfg.APIKey, Access: d.store, Chat: chatSvc, Logger: log, PortsDomain: cfg.PortsDomain,
-		MaxImageArchiveBytes: images.Bounds().ArchiveBytes}
+		MaxImageArchiveBytes: images.Bounds().ArchiveBytes,
+		IdleTimeout:          cfg.HTTPIdleTimeout, MaxConns: max(maxConns, 0)}
 	if d.node != nil {
 		hcfg.Cluster = d.node
 	}
@@ -397,11 +421,12 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if d.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
 		return nil, err
 	}
 	d.api = api
-	d.http = &http.Server{Handler: api.Handler(), ReadHeaderTimeout: 30 * time.Second}
+	d.http, d.ln = api.NewHTTPServer(ln)
 	return d, nil
 }
 

@@ -71,7 +71,14 @@ type Config struct {
 	// other nodes' sandboxes there and places creates (nil: a single
 	// daemon).
 	Cluster Cluster
-	Logger  *slog.Logger
+	// The HTTP server's edges (edges.go; zero: the Default… values).
+	// IdleTimeout closes a keep-alive connection that waits that long for
+	// its next request; HeaderTimeout bounds the reading of a request's
+	// header; MaxConns caps the connections served at once (0: no cap).
+	IdleTimeout   time.Duration
+	HeaderTimeout time.Duration
+	MaxConns      int
+	Logger        *slog.Logger
 }
 
 // Cluster is what the API needs of the daemon's node (package cluster).
@@ -163,6 +170,12 @@ func New(cfg Config, mgr *sandbox.Manager) (*Server, error) {
 	}
 	if cfg.MaxImageArchiveBytes <= 0 {
 		cfg.MaxImageArchiveBytes = image.DefaultBounds.ArchiveBytes
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.HeaderTimeout <= 0 {
+		cfg.HeaderTimeout = DefaultHeaderTimeout
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
