@@ -30,8 +30,9 @@ import (
 // to its port's path.
 
 // portProxyRE matches the proxy's paths (the API key check leaves them to
-// proxyPort, which also accepts a port's token).
-var portProxyRE = lazyre.New(`^/v1/sandboxes/[^/]+/ports/[0-9]+/`)
+// proxyPort, which also accepts a port's token). A port in another form
+// than portNumber's needs the key, and then is refused by portParam.
+var portProxyRE = lazyre.New(`^/v1/sandboxes/[^/]+/ports/[1-9][0-9]{0,4}/`)
 
 const (
 	portTokenHeader = "X-Forkbox-Token"
@@ -41,10 +42,32 @@ const (
 	portCSP = "sandbox allow-scripts allow-forms allow-popups allow-modals allow-downloads"
 )
 
+// portNumber reads a port number in its one canonical form: decimal 1 to
+// 65535 without sign or leading zeros ("+80", "080" and "0x50" are not
+// ports: two spellings of one port would be two paths, two cookie scopes,
+// two host names of one app).
+func portNumber(s string) (int, bool) {
+	if len(s) == 0 || len(s) > 5 || s[0] == '0' {
+		return 0, false
+	}
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, false
+		}
+		n = n*10 + int(s[i]-'0')
+	}
+	return n, n <= 65535
+}
+
+func badPort(p string) error {
+	return errdefs.InvalidArgument("port: %q is not a port number (1 to 65535, in decimal without sign or leading zeros)", p)
+}
+
 func portParam(r *http.Request) (int, error) {
-	p, err := strconv.Atoi(r.PathValue("port"))
-	if err != nil || p < 1 || p > 65535 {
-		return 0, errdefs.InvalidArgument("port: %q is not a port number (1 to 65535)", r.PathValue("port"))
+	p, ok := portNumber(r.PathValue("port"))
+	if !ok {
+		return 0, badPort(r.PathValue("port"))
 	}
 	return p, nil
 }
@@ -101,6 +124,9 @@ func (s *Server) portCall(op func(ctx context.Context, ref string, port int) (*a
 }
 
 func (s *Server) updatePort(w http.ResponseWriter, r *http.Request) error {
+	if _, err := portParam(r); err != nil {
+		return err
+	}
 	var req api.UpdatePortRequest
 	if err := s.decodeJSON(w, r, &req); err != nil {
 		return err
@@ -133,10 +159,12 @@ type hostTarget struct {
 }
 
 // portHost parses r's host as <port>-<sandbox>.<PortsDomain>; nil when it
-// is not one.
-func (s *Server) portHost(r *http.Request) *hostTarget {
+// is not one. A label whose first part is a number but not a port in its
+// canonical form (+80-…, 080-…, 99999-…) is an error: it names a port of
+// no sandbox's.
+func (s *Server) portHost(r *http.Request) (*hostTarget, error) {
 	if s.cfg.PortsDomain == "" {
-		return nil
+		return nil, nil
 	}
 	host := strings.ToLower(r.Host)
 	if h, _, err := net.SplitHostPort(host); err == nil {
@@ -144,14 +172,20 @@ func (s *Server) portHost(r *http.Request) *hostTarget {
 	}
 	label, ok := strings.CutSuffix(host, "."+strings.ToLower(s.cfg.PortsDomain))
 	if !ok || strings.Contains(label, ".") {
-		return nil
+		return nil, nil
 	}
 	p, ref, ok := strings.Cut(label, "-")
-	port, err := strconv.Atoi(p)
-	if !ok || err != nil || port < 1 || port > 65535 || ref == "" {
-		return nil
+	if !ok || strings.Trim(strings.TrimLeft(p, "+-"), "0123456789") != "" || strings.TrimLeft(p, "+-") == "" {
+		return nil, nil // not a port's host name
 	}
-	return &hostTarget{ref: ref, port: port}
+	port, ok := portNumber(p)
+	if !ok {
+		return nil, badPort(p)
+	}
+	if ref == "" {
+		return nil, nil // names no sandbox: the API's
+	}
+	return &hostTarget{ref: ref, port: port}, nil
 }
 
 // proxyHost serves a PortsDomain host name: the whole path goes to the
@@ -159,7 +193,10 @@ func (s *Server) portHost(r *http.Request) *hostTarget {
 // (HttpOnly, never forwarded), so the pages and files the app loads next
 // pass too.
 func (s *Server) proxyHost(w http.ResponseWriter, r *http.Request) error {
-	t := s.portHost(r)
+	t, err := s.portHost(r)
+	if err != nil {
+		return err
+	}
 	return s.proxy(w, r, t.ref, t.port, r.URL.EscapedPath(), true)
 }
 

@@ -353,7 +353,13 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) error {
 func (s *Server) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.serve(w, r, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if t := s.portHost(r); t != nil {
+			t, err := s.portHost(r)
+			if err != nil {
+				writeError(w, err)
+				s.requests.WithLabelValues("<port>-<sandbox>.ports-domain", strconv.Itoa(errStatus(err))).Inc()
+				return
+			}
+			if t != nil {
 				if s.routedSandbox(w, r, t.ref) {
 					return // its node checks key, token or public
 				}
