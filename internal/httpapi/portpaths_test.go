@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -9,8 +10,9 @@ import (
 )
 
 // Port paths and host names (ports.go), through the daemon's own
-// http.Server with raw requests. Before: "+80" and "00008000" were ports 80
-// and 8000.
+// http.Server with raw requests (a client library would clean the paths).
+// Before: "+80" and "00008000" were ports 80 and 8000, and a ".." under a
+// port was a 307 out of it.
 
 func TestEdgePortNumbersAreCanonical(t *testing.T) {
 	e := newEdgeServer(t, Config{PortsDomain: "ports.test"}, nil)
@@ -66,6 +68,50 @@ func TestEdgePortNumbersAreCanonical(t *testing.T) {
 		if code, _ := do("GET", h, "/healthz", false); code != 200 {
 			t.Errorf("%s/healthz: %d", h, code)
 		}
+	}
+}
+
+func TestEdgeDotSegmentsStayUnderTheirPort(t *testing.T) {
+	e := newEdgeServer(t, Config{}, nil)
+	for _, tc := range []struct {
+		path string
+		key  bool
+		want int
+	}{
+		{"/v1/sandboxes/sb/ports/8000/../../../v1/keys", false, 400},
+		{"/v1/sandboxes/sb/ports/8000/../../../v1/keys", true, 400},
+		{"/v1/sandboxes/sb/ports/8000/..", true, 400},
+		{"/v1/sandboxes/sb/ports/8000/.", true, 400},
+		{"/v1/sandboxes/sb/ports/8000/../9000/", true, 400},
+		{"/v1/sandboxes/../ports/8000/x", true, 400},
+		// Percent-encoded dots and slashes are no path structure to the
+		// router: they reach the app as sent (here: no such sandbox).
+		{"/v1/sandboxes/sb/ports/8000/%2e%2e/%2E%2E/files?path=/etc/passwd", true, 404},
+		{"/v1/sandboxes/sb/ports/8000/..%2F..%2F..%2F9000/", true, 404},
+		// Within the port: served at the cleaned path (the sandbox does
+		// not exist here: 404 with the key, 401 without).
+		{"/v1/sandboxes/sb/ports/8000/a/../b", true, 404},
+		{"/v1/sandboxes/sb/ports/8000/a/./b//c", false, 401},
+	} {
+		c := e.dial(t)
+		a := ""
+		if tc.key {
+			a = "Authorization: Bearer " + edgeKey + "\r\n"
+		}
+		c.write(fmt.Sprintf("GET %s HTTP/1.1\r\nHost: x\r\n%s\r\n", tc.path, a))
+		resp, b := c.mustResponse()
+		if resp.StatusCode != tc.want || resp.Header.Get("Location") != "" {
+			t.Errorf("%s (key %v): %d (Location %q) %s, want %d", tc.path, tc.key, resp.StatusCode, resp.Header.Get("Location"), b, tc.want)
+		}
+		if tc.want == 400 && !strings.Contains(errorOf(t, b).Message, "leaves the port's path") {
+			t.Errorf("%s: %s", tc.path, b)
+		}
+	}
+	// Other paths keep the router's own cleaning.
+	c := e.dial(t)
+	c.write("GET /v1/sandboxes/../healthz HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + edgeKey + "\r\n\r\n")
+	if resp, _ := c.mustResponse(); resp.StatusCode != http.StatusTemporaryRedirect || resp.Header.Get("Location") != "/v1/healthz" {
+		t.Errorf("/v1/sandboxes/../healthz: %d %q", resp.StatusCode, resp.Header.Get("Location"))
 	}
 }
 

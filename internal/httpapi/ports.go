@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"path"
 	"strconv"
 	"strings"
 
@@ -70,6 +71,80 @@ func portParam(r *http.Request) (int, error) {
 		return 0, badPort(r.PathValue("port"))
 	}
 	return p, nil
+}
+
+// portPrefix returns the path prefix of the port's proxy that p is under
+// (/v1/sandboxes/{sandbox}/ports/{port}/, as sent), or "" when it is under
+// none.
+func portPrefix(p string) string {
+	rest, ok := strings.CutPrefix(p, "/v1/sandboxes/")
+	if !ok {
+		return ""
+	}
+	sb, rest, ok := strings.Cut(rest, "/")
+	if !ok {
+		return ""
+	}
+	rest, ok = strings.CutPrefix(rest, "ports/")
+	if !ok {
+		return ""
+	}
+	port, _, ok := strings.Cut(rest, "/")
+	if !ok {
+		return ""
+	}
+	return "/v1/sandboxes/" + sb + "/ports/" + port + "/"
+}
+
+// cleanPortPath keeps a request under a port's proxy within that port. The
+// router answers a path with dot segments ("..", ".") or doubled slashes
+// with a redirect to its cleaned form, which for ".." is a path out of the
+// port (the port's token route, another port, another API route): instead,
+// a path whose cleaned form stays under the same port's prefix is served at
+// that form (what a browser would have asked for), and one that climbs out
+// is refused. Like the router, it looks at the path as sent: "%2e%2e" and
+// "%2f" are no path structure to the daemon and reach the app as they are.
+func cleanPortPath(r *http.Request) (*http.Request, error) {
+	if r.Method == http.MethodConnect {
+		return r, nil // the router does not clean these either
+	}
+	escaped := r.URL.EscapedPath()
+	prefix := portPrefix(escaped)
+	if prefix == "" {
+		return r, nil
+	}
+	clean := cleanPath(escaped)
+	if clean == escaped {
+		return r, nil
+	}
+	if !strings.HasPrefix(clean, prefix) {
+		return nil, errdefs.InvalidArgument("path %s leaves the port's path %s (it is %s once its dot segments are resolved); paths under a port stay under it", escaped, prefix, clean)
+	}
+	p, err := url.PathUnescape(clean)
+	if err != nil {
+		return nil, errdefs.InvalidArgument("path %s: %v", escaped, err)
+	}
+	u := *r.URL
+	u.Path, u.RawPath = p, clean
+	r2 := new(http.Request)
+	*r2 = *r
+	r2.URL = &u
+	return r2, nil
+}
+
+// cleanPath is the path the router serves p at (net/http's cleanPath).
+func cleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	if p[0] != '/' {
+		p = "/" + p
+	}
+	np := path.Clean(p)
+	if p[len(p)-1] == '/' && np != "/" {
+		np += "/"
+	}
+	return np
 }
 
 func (s *Server) writePort(w http.ResponseWriter, r *http.Request, p *api.Port) {
@@ -189,9 +264,10 @@ func (s *Server) portHost(r *http.Request) (*hostTarget, error) {
 }
 
 // proxyHost serves a PortsDomain host name: the whole path goes to the
-// port. A token given as ?forkbox_token= is kept in a cookie of that host
-// (HttpOnly, never forwarded), so the pages and files the app loads next
-// pass too.
+// port, as sent (the app has the whole origin: there is nothing for a ".."
+// to leave). A token given as ?forkbox_token= is kept in a cookie of that
+// host (HttpOnly, never forwarded), so the pages and files the app loads
+// next pass too.
 func (s *Server) proxyHost(w http.ResponseWriter, r *http.Request) error {
 	t, err := s.portHost(r)
 	if err != nil {

@@ -380,6 +380,13 @@ func (s *Server) Handler() http.Handler {
 				s.serveE2BControl(w, r)
 				return
 			}
+			// Dot segments under a port stay under it (the router would
+			// redirect them out of it).
+			if r, err = cleanPortPath(r); err != nil {
+				writeError(w, err)
+				s.requests.WithLabelValues("/v1/sandboxes/{sandbox}/ports/{port}/{path...}", strconv.Itoa(errStatus(err))).Inc()
+				return
+			}
 			// The UI's files are public (they hold no secret; the page asks
 			// for the key), everything else needs a key.
 			// A sandbox's exposed port also takes its own token
