@@ -127,6 +127,10 @@ func addHTTPFlags(cmd *cobra.Command, cfg *daemon.Config) {
 	f := cmd.Flags()
 	f.DurationVar(&cfg.HTTPIdleTimeout, "http-idle-timeout", envDuration("FORKBOX_HTTP_IDLE_TIMEOUT", httpapi.DefaultIdleTimeout),
 		"how long a keep-alive connection may wait for its next request before the daemon closes it (env FORKBOX_HTTP_IDLE_TIMEOUT)")
+	f.DurationVar(&cfg.HTTPBodyTimeout, "http-body-timeout", envDuration("FORKBOX_HTTP_BODY_TIMEOUT", httpapi.DefaultBodyTimeout),
+		"how long a request body may take before it must keep --http-body-min-rate; a slower one is cut with a 400 (env FORKBOX_HTTP_BODY_TIMEOUT)")
+	f.Int64Var(&cfg.HTTPBodyMinRate, "http-body-min-rate", envInt("FORKBOX_HTTP_BODY_MIN_RATE", httpapi.DefaultBodyMinRate),
+		"the slowest a request body may arrive, in bytes per second on average, after --http-body-timeout (env FORKBOX_HTTP_BODY_MIN_RATE)")
 	maxConns := daemon.DefaultHTTPMaxConns()
 	if v, err := strconv.Atoi(os.Getenv("FORKBOX_HTTP_MAX_CONNS")); err == nil && v != 0 {
 		maxConns = v

@@ -93,9 +93,13 @@ type Config struct {
 	OnNodeLost  string
 	// The HTTP server's edges (httpapi, edges.go; zero: httpapi's
 	// defaults): a keep-alive connection is closed after HTTPIdleTimeout
-	// without a request, and at most HTTPMaxConns connections are served
-	// at once (0: DefaultHTTPMaxConns; negative: no cap).
+	// without a request, a request body must arrive at HTTPBodyMinRate
+	// bytes/s after a grace of HTTPBodyTimeout, and at most HTTPMaxConns
+	// connections are open at once (0: DefaultHTTPMaxConns; negative: no
+	// cap).
 	HTTPIdleTimeout time.Duration
+	HTTPBodyTimeout time.Duration
+	HTTPBodyMinRate int64
 	HTTPMaxConns    int
 	Logger          *slog.Logger
 }
@@ -413,7 +417,8 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 	}
 	hcfg := httpapi.Config{APIKey: cfg.APIKey, Access: d.store, Chat: chatSvc, Logger: log, PortsDomain: cfg.PortsDomain,
 		MaxImageArchiveBytes: images.Bounds().ArchiveBytes,
-		IdleTimeout:          cfg.HTTPIdleTimeout, MaxConns: max(maxConns, 0)}
+		IdleTimeout:          cfg.HTTPIdleTimeout, BodyTimeout: cfg.HTTPBodyTimeout, BodyMinRate: cfg.HTTPBodyMinRate,
+		MaxConns: max(maxConns, 0)}
 	if d.node != nil {
 		hcfg.Cluster = d.node
 	}

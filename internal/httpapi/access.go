@@ -453,7 +453,8 @@ func audited(method, route string) bool {
 	case http.MethodGet, http.MethodHead, http.MethodOptions:
 		return false
 	}
-	return !strings.Contains(route, "/ports/{port}/") && !strings.Contains(route, "ports-domain")
+	// /mcp's tools are recorded as the calls they make (via "mcp").
+	return !strings.Contains(route, "/ports/{port}/") && !strings.Contains(route, "ports-domain") && route != "/mcp"
 }
 
 // resourceKey holds the resource a handler names for the audit log when

@@ -10,7 +10,9 @@ import (
 )
 
 // The HTTP server's edges: how long a connection may wait for its next
-// request and how many connections are served at once.
+// request and how many connections are served at once (bodies.go: how fast
+// a request body must arrive, and what one the daemon does not want costs
+// it).
 //
 //   - A keep-alive connection is closed after IdleTimeout without a request;
 //     a request's header must arrive within HeaderTimeout.
@@ -35,7 +37,8 @@ func (s *Server) NewHTTPServer(ln net.Listener) (*http.Server, net.Listener) {
 		ReadHeaderTimeout: s.cfg.HeaderTimeout,
 		IdleTimeout:       s.cfg.IdleTimeout,
 		// No ReadTimeout nor WriteTimeout: they would cut event streams,
-		// WebSockets, uploads and downloads alike.
+		// WebSockets, uploads and downloads alike. Bodies are bounded per
+		// request (bodyGuard), answers by their calls' own timeouts.
 	}
 	if s.cfg.MaxConns <= 0 {
 		return srv, ln

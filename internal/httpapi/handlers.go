@@ -258,6 +258,9 @@ func (c *clientBody) explain(err error) error {
 	if c.err == nil {
 		return err
 	}
+	if hasKind(c.err) {
+		return c.err // the body's own reason (it came too slowly)
+	}
 	var maxErr *http.MaxBytesError
 	if errors.As(c.err, &maxErr) {
 		return errdefs.TooLarge("upload is larger than the limit of %d bytes", maxErr.Limit)

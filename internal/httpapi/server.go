@@ -74,9 +74,12 @@ type Config struct {
 	// The HTTP server's edges (edges.go; zero: the Default… values).
 	// IdleTimeout closes a keep-alive connection that waits that long for
 	// its next request; HeaderTimeout bounds the reading of a request's
-	// header; MaxConns caps the connections served at once (0: no cap).
+	// header; a body must arrive at BodyMinRate bytes/s after a grace of
+	// BodyTimeout; MaxConns caps the connections served at once (0: no cap).
 	IdleTimeout   time.Duration
 	HeaderTimeout time.Duration
+	BodyTimeout   time.Duration
+	BodyMinRate   int64
 	MaxConns      int
 	Logger        *slog.Logger
 }
@@ -176,6 +179,12 @@ func New(cfg Config, mgr *sandbox.Manager) (*Server, error) {
 	}
 	if cfg.HeaderTimeout <= 0 {
 		cfg.HeaderTimeout = DefaultHeaderTimeout
+	}
+	if cfg.BodyTimeout <= 0 {
+		cfg.BodyTimeout = DefaultBodyTimeout
+	}
+	if cfg.BodyMinRate <= 0 {
+		cfg.BodyMinRate = DefaultBodyMinRate
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -296,7 +305,7 @@ func (s *Server) routes() {
 	// MCP over streamable HTTP; its tools call this mux in-process, with
 	// the same panic recovery as HTTP requests, as the caller of /mcp
 	// (whose principal their context carries; none: refused).
-	s.mux.Handle("/mcp", mcpserver.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	mcp := mcpserver.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p, ok := tenant.From(r.Context())
 		if !ok {
 			writeError(w, errdefs.Unauthenticated("an in-process call without a caller"))
@@ -311,7 +320,8 @@ func (s *Server) routes() {
 			}
 		}
 		s.serve(w, r.WithContext(tenant.With(r.Context(), p)), http.HandlerFunc(s.routed))
-	})))
+	}))
+	h("/mcp", func(w http.ResponseWriter, r *http.Request) error { return serveMCP(mcp, w, r) })
 	// The web UI: index.html at /, its files under /ui/.
 	ui := web.Handler()
 	s.mux.Handle("GET /{$}", ui)
@@ -353,61 +363,80 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) error {
 func (s *Server) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.serve(w, r, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			t, err := s.portHost(r)
-			if err != nil {
-				writeError(w, err)
-				s.requests.WithLabelValues("<port>-<sandbox>.ports-domain", strconv.Itoa(errStatus(err))).Inc()
+			// Every body but a port's and E2B's data plane's (streams of
+			// their own) is read under the edge's rate, and read on when
+			// its handler left some of it: refused, unauthenticated, or
+			// answered before it was read (bodies.go).
+			if !hasBody(r) {
+				s.dispatch(w, r)
 				return
 			}
-			if t != nil {
-				if s.routedSandbox(w, r, t.ref) {
-					return // its node checks key, token or public
-				}
-				s.hostProxy.ServeHTTP(w, r) // checks key, token or public itself
+			if s.streamedBody(r) {
+				s.dispatch(w, r)
+				boundLeftover(w, s.cfg.BodyTimeout)
 				return
 			}
-			// E2B's API: its data plane by header first (its /metrics is
-			// not forkbox's), then its control plane by path.
-			if e2b.IsDataPlane(r) {
-				if s.routedSandbox(w, r, e2b.DataPlaneSandbox(r)) {
-					return // its node checks the token
-				}
-				s.e2b.ServeData(w, r) // checks the sandbox's token itself
-				s.requests.WithLabelValues("e2b-data", "").Inc()
-				return
-			}
-			if e2b.IsControlPlane(r) {
-				s.serveE2BControl(w, r)
-				return
-			}
-			// Dot segments under a port stay under it (the router would
-			// redirect them out of it).
-			if r, err = cleanPortPath(r); err != nil {
-				writeError(w, err)
-				s.requests.WithLabelValues("/v1/sandboxes/{sandbox}/ports/{port}/{path...}", strconv.Itoa(errStatus(err))).Inc()
-				return
-			}
-			// The UI's files are public (they hold no secret; the page asks
-			// for the key), everything else needs a key.
-			// A sandbox's exposed port also takes its own token
-			// (proxyPort checks).
-			if r.URL.Path != "/healthz" && !web.Public(r) && !portProxyRE.MatchString(r.URL.Path) {
-				p, err := s.authenticate(r)
-				if err != nil {
-					w.Header().Set("WWW-Authenticate", `Bearer realm="forkbox"`)
-					writeError(w, err)
-					s.requests.WithLabelValues("auth", strconv.Itoa(errStatus(err))).Inc()
-					return
-				}
-				r = r.WithContext(withCredentials(tenant.With(r.Context(), p), r))
-			}
-			s.routed(w, r)
+			g := s.guardBody(w, r.Body)
+			r = withBody(r, g)
+			s.dispatch(w, r)
+			lingerOnUnread(w, r, g)
 		}))
 	})
 }
 
-// drainOnRefusal bounds how much of a refused body the server reads on.
-const drainOnRefusal = 64 << 20
+// dispatch serves r: a port's host name, E2B's API, or forkbox's API behind
+// its key.
+func (s *Server) dispatch(w http.ResponseWriter, r *http.Request) {
+	t, err := s.portHost(r)
+	if err != nil {
+		writeError(w, err)
+		s.requests.WithLabelValues("<port>-<sandbox>.ports-domain", strconv.Itoa(errStatus(err))).Inc()
+		return
+	}
+	if t != nil {
+		if s.routedSandbox(w, r, t.ref) {
+			return // its node checks key, token or public
+		}
+		s.hostProxy.ServeHTTP(w, r) // checks key, token or public itself
+		return
+	}
+	// E2B's API: its data plane by header first (its /metrics is
+	// not forkbox's), then its control plane by path.
+	if e2b.IsDataPlane(r) {
+		if s.routedSandbox(w, r, e2b.DataPlaneSandbox(r)) {
+			return // its node checks the token
+		}
+		s.e2b.ServeData(w, r) // checks the sandbox's token itself
+		s.requests.WithLabelValues("e2b-data", "").Inc()
+		return
+	}
+	if e2b.IsControlPlane(r) {
+		s.serveE2BControl(w, r)
+		return
+	}
+	// Dot segments under a port stay under it (the router would
+	// redirect them out of it).
+	if r, err = cleanPortPath(r); err != nil {
+		writeError(w, err)
+		s.requests.WithLabelValues("/v1/sandboxes/{sandbox}/ports/{port}/{path...}", strconv.Itoa(errStatus(err))).Inc()
+		return
+	}
+	// The UI's files are public (they hold no secret; the page asks
+	// for the key), everything else needs a key.
+	// A sandbox's exposed port also takes its own token
+	// (proxyPort checks).
+	if r.URL.Path != "/healthz" && !web.Public(r) && !portProxyRE.MatchString(r.URL.Path) {
+		p, err := s.authenticate(r)
+		if err != nil {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="forkbox"`)
+			writeError(w, err)
+			s.requests.WithLabelValues("auth", strconv.Itoa(errStatus(err))).Inc()
+			return
+		}
+		r = r.WithContext(withCredentials(tenant.With(r.Context(), p), r))
+	}
+	s.routed(w, r)
+}
 
 // requestIDHeader carries a request's id both ways: a client may choose it
 // (to find its request in the log), else the daemon makes one.
@@ -501,14 +530,25 @@ func (w *statusWriter) Flush() {
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (s *Server) instrument(route string, f func(http.ResponseWriter, *http.Request) error) http.Handler {
-	// Handlers of these methods read no body; one sent anyway is read
-	// first (up to a bound), so that the connection is not reset under a
-	// long answer by the unread bytes when it closes. A port's proxy
-	// forwards its body instead.
-	ignoresBody := !strings.Contains(route, "/ports/{port}/") && !strings.Contains(route, "ports-domain")
+	// A port's proxy forwards its bodies as they come, whatever their pace
+	// (they are the app's); every other body is read under the edge's
+	// rate (bodyGuard).
+	proxied := strings.Contains(route, "/ports/{port}/") || strings.Contains(route, "ports-domain")
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if ignoresBody && r.ContentLength != 0 && (r.Method == http.MethodGet || r.Method == http.MethodHead || r.Method == http.MethodDelete) {
-			io.CopyN(io.Discard, r.Body, drainOnRefusal)
+		var body *bodyGuard
+		if !proxied && hasBody(r) {
+			// Handler guarded it; a request MCP's tools make in-process
+			// comes here first.
+			if body, _ = r.Body.(*bodyGuard); body == nil {
+				body = s.guardBody(w, r.Body)
+				r = withBody(r, body)
+			}
+			// Handlers of these methods read no body; one sent anyway is
+			// read first, so that the connection is not reset under a
+			// long answer by the unread bytes when it closes.
+			if r.Method == http.MethodGet || r.Method == http.MethodHead || r.Method == http.MethodDelete {
+				body.drain()
+			}
 		}
 		sw := &statusWriter{ResponseWriter: w}
 		start := time.Now()
@@ -534,12 +574,10 @@ func (s *Server) instrument(route string, f func(http.ResponseWriter, *http.Requ
 		if code == 0 {
 			code = http.StatusOK
 		}
-		if code == http.StatusRequestEntityTooLarge {
-			// A body refused for its size is read on (up to a bound) and
-			// dropped, so that a client still sending it gets the answer
-			// rather than a reset connection.
-			io.CopyN(io.Discard, r.Body, drainOnRefusal)
-		}
+		// A body refused for its size, or before it was read, is read on
+		// (at the edge's rate, up to a bound) and dropped, so that a client
+		// still sending it gets the answer rather than a reset connection.
+		lingerOnUnread(sw, r, body)
 		s.requests.WithLabelValues(route, strconv.Itoa(code)).Inc()
 		if audit {
 			s.record(r, route, res.v, code, err)
@@ -617,6 +655,10 @@ func (s *Server) decodeJSON(w http.ResponseWriter, r *http.Request, v any) error
 // decodeJSONLimit is decodeJSON with a body limit of its own (a chat
 // question may carry a whole CSV).
 func (s *Server) decodeJSONLimit(w http.ResponseWriter, r *http.Request, v any, limit int64) error {
+	if r.ContentLength > limit {
+		// Said up front: refused before any of it is read.
+		return errdefs.TooLarge("request body is larger than %d bytes", limit)
+	}
 	body := http.MaxBytesReader(w, r.Body, limit)
 	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
@@ -633,6 +675,8 @@ func (s *Server) decodeJSONLimit(w http.ResponseWriter, r *http.Request, v any, 
 		typeErr *json.UnmarshalTypeError
 	)
 	switch {
+	case hasKind(err):
+		return err // the body's own reason (it came too slowly)
 	case errors.As(err, &maxErr):
 		return errdefs.TooLarge("request body is larger than %d bytes", maxErr.Limit)
 	case errors.Is(err, io.EOF):

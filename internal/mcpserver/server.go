@@ -96,9 +96,13 @@ func HTTPHandler(b Backend, opts *Options) http.Handler {
 	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{
 		Stateless:           true,
 		Logger:              logger,
-		MaxRequestBodyBytes: 64 << 20, // write_file carries whole files
+		MaxRequestBodyBytes: MaxRequestBodyBytes,
 	})
 }
+
+// MaxRequestBodyBytes bounds a POST to the streamable-HTTP endpoint
+// (write_file carries whole files): a longer one is answered 413.
+const MaxRequestBodyBytes = 64 << 20
 
 // Handler is the daemon's /mcp endpoint over its own API handler api (the
 // mux behind authentication): HTTPHandler(InProcess(api), nil).
