@@ -123,7 +123,7 @@ func Check(path, what string, need int64) error {
 	if need <= 0 {
 		return nil
 	}
-	r, err := Of(path)
+	r, err := Of(lasting(path))
 	if err != nil || r.Free >= need {
 		return nil
 	}
@@ -149,11 +149,28 @@ func InOutput(out string) bool {
 // bound), the free space is measured now, and cause (kept for the log) is
 // what failed.
 func Full(path, what string, need int64, atLeast bool, cause error) error {
+	path = lasting(path)
 	r, err := Of(path)
 	if err != nil {
 		r = Room{Path: path}
 	}
 	return &Error{What: what, Room: r, Need: need, AtLeast: atLeast, Midway: true, Cause: cause}
+}
+
+// lasting is path up to its first temporary entry (".tmp-…", the stores'
+// names for what they are writing, which is gone by the time anyone reads
+// the error): the store's own directory.
+func lasting(path string) string {
+	parts := strings.Split(path, "/")
+	for i, p := range parts {
+		if strings.HasPrefix(p, ".tmp") {
+			if i == 1 && parts[0] == "" {
+				return "/"
+			}
+			return strings.Join(parts[:i], "/")
+		}
+	}
+	return path
 }
 
 // Map returns Full(path, what, need, false, err) when err IsFull and is not

@@ -109,3 +109,19 @@ func TestInOutput(t *testing.T) {
 		}
 	}
 }
+
+func TestLasting(t *testing.T) {
+	for in, want := range map[string]string{
+		"/data/snapshots/.tmp-snap_1":               "/data/snapshots",
+		"/data/snapshots/.tmp-snap_1/criu":          "/data/snapshots",
+		"/images/.layers/.tmp-4242-99/fs/.tmp-x":    "/images/.layers",
+		"images/.tmp-1-import-2":                    "images",
+		"/images/.layers/.tmp-4242-99/.tmp.evict-1": "/images/.layers",
+		"/.tmp-x": "/",
+		"/data":   "/data",
+	} {
+		if got := lasting(in); got != want {
+			t.Errorf("lasting(%s) = %s, want %s", in, got, want)
+		}
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/forkbox/forkbox/internal/blob"
+	"github.com/forkbox/forkbox/internal/diskspace"
 	"github.com/forkbox/forkbox/internal/durable"
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/fault"
@@ -276,7 +277,7 @@ func (s *Store) committed(id string) {
 
 // fetch downloads snapshot id when it is missing on disk. It reports
 // whether it did (the files were checked while written).
-func (s *Store) fetch(ctx context.Context, id, checksum string) (bool, error) {
+func (s *Store) fetch(ctx context.Context, id, checksum string) (_ bool, err error) {
 	if !validID(id) {
 		return false, badID(id)
 	}
@@ -309,6 +310,11 @@ func (s *Store) fetch(ctx context.Context, id, checksum string) (bool, error) {
 	if err := json.Unmarshal(mb, &m); err != nil || len(mb) > maxManifest {
 		return false, errdefs.FailedPrecondition("snapshot %s is corrupt: unreadable manifest in the object store; refusing to restore it", id)
 	}
+	what, need := "snapshot "+id+" (fetched from object storage)", m.SizeBytes+m.SharedBytes
+	if err := diskspace.Check(s.dir, what, need); err != nil {
+		return false, err
+	}
+	defer func() { err = diskspace.Map(err, s.dir, what, need) }()
 	tmp := filepath.Join(s.dir, ".tmp-"+id)
 	if err := os.RemoveAll(tmp); err != nil {
 		return false, err

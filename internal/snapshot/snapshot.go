@@ -66,6 +66,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/forkbox/forkbox/internal/diskspace"
 	"github.com/forkbox/forkbox/internal/durable"
 	"github.com/forkbox/forkbox/internal/errdefs"
 )
@@ -128,6 +129,17 @@ func (s *Store) Path(id string) string {
 }
 
 func (s *Store) path(id string) string { return filepath.Join(s.dir, id) }
+
+// Dir is the store's directory (with a remote, the local cache's).
+func (s *Store) Dir() string { return s.dir }
+
+// CheckRoom refuses (errdefs.ErrInsufficientStorage, naming the
+// filesystem) a snapshot, what, whose files are estimated at need bytes
+// when the store's filesystem has less free: called before the snapshot is
+// taken, so that a sandbox is not paused for a snapshot that cannot fit.
+func (s *Store) CheckRoom(what string, need int64) error {
+	return diskspace.Check(s.dir, what, need)
+}
 
 // IDs lists the committed snapshots on disk.
 func (s *Store) IDs() ([]string, error) {
@@ -279,6 +291,13 @@ func (p *Pending) Commit() (size int64, checksum string, err error) {
 // manifest. On error the pending snapshot is left for Abort (and nothing
 // of it is committed, locally or remotely).
 func (p *Pending) CommitContext(ctx context.Context) (size int64, checksum string, err error) {
+	size, checksum, err = p.commit(ctx)
+	// The files are written; a full disk now is met by the manifest, a
+	// file's fsync or a directory's.
+	return size, checksum, diskspace.Map(err, p.s.dir, "snapshot "+p.id, 0)
+}
+
+func (p *Pending) commit(ctx context.Context) (size int64, checksum string, err error) {
 	m := Manifest{Files: map[string]string{}}
 	remote := p.s.remote() != nil
 	var dirs []string
@@ -448,6 +467,17 @@ func (s *Store) CloneContext(ctx context.Context, src, srcChecksum, dst string, 
 	if err := s.VerifyContext(ctx, src, srcChecksum); err != nil {
 		return 0, "", err
 	}
+	// Links take no room but a directory's; a copy (where a link is
+	// impossible) takes the source's.
+	defer func() {
+		if diskspace.IsFull(err) {
+			var need int64
+			if m, merr := s.readManifest(src); merr == nil {
+				need = m.SizeBytes + m.SharedBytes
+			}
+			err = diskspace.Map(err, s.dir, "snapshot "+dst+" (from "+src+")", need)
+		}
+	}()
 	// Keep src's cached copy while it is read.
 	s.touchUse(src)
 	remote := s.remote() != nil
