@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/forkbox/forkbox/internal/errdefs"
+	"github.com/forkbox/forkbox/internal/textcut"
 )
 
 const (
@@ -88,8 +89,10 @@ type Host struct {
 	// viaDevice: restored tasks get their userfaultfd through
 	// /dev/userfaultfd, which StartSwrk then hands to CRIU.
 	viaDevice bool
-	// Problem says, in words, what is missing when Usable is false.
-	Problem string
+	// Problem says, in words, what is missing when Usable is false: one
+	// line, which clients see; ProblemLog is what CRIU printed, for the
+	// daemon's log only.
+	Problem, ProblemLog string
 }
 
 // Command returns a command that runs CRIU with args and the host's extra
@@ -172,10 +175,17 @@ func Check(ctx context.Context) (*Host, error) {
 		h.Env = []string{noBreakpointsEnv}
 	}
 	if err != nil {
-		h.Problem = fmt.Sprintf("`%s check` failed (%v): %s", path, err, errorText(out))
+		// One line for clients (a memory snapshot's 503 says it); what
+		// CRIU printed is for the daemon's log (ProblemLog).
+		reason := firstError(out)
+		if reason == "" {
+			reason = firstLine(out)
+		}
+		h.Problem = fmt.Sprintf("`%s check` failed (%v): %s", path, err, textcut.Prefix(reason, maxReason))
 		if os.Geteuid() != 0 {
 			h.Problem += " (CRIU needs root)"
 		}
+		h.ProblemLog = errorText(out)
 		return h, nil
 	}
 

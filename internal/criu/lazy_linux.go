@@ -166,10 +166,12 @@ func (l *LazyPages) Kill() error {
 	return nil
 }
 
-// failure is an error with msg and the errors in the process's log.
+// failure is a *Failure saying msg, with the errors of the process's log
+// (its first as the reason).
 func (l *LazyPages) failure(msg string) error {
+	f := &Failure{What: msg}
 	if b, err := os.ReadFile(l.logPath); err == nil && len(bytes.TrimSpace(b)) > 0 {
-		return fmt.Errorf("%s: %s", msg, errorText(b))
+		f.Reason, f.Log = firstError(b), errorText(b)
 	}
-	return errors.New(msg)
+	return f
 }

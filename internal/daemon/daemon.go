@@ -359,7 +359,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		mgr.SetCRIU(nil, err.Error())
 	} else {
 		if !h.Usable {
-			log.Warn("memory snapshots unavailable", "problem", h.Problem)
+			log.Warn("memory snapshots unavailable", "problem", h.Problem, "criu_output", h.ProblemLog)
 		} else {
 			log.Info("CRIU ready for memory snapshots", "path", h.Path, "version", h.Version, "env", h.Env, "lazy_restore", h.LazyPages)
 			if !h.LazyPages {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -285,6 +286,38 @@ func keyed(path, key string) int64 {
 			v, _ := strconv.ParseInt(f[1], 10, 64)
 			return v
 		}
+	}
+	return 0
+}
+
+// keyedSum adds the values of keys in a "key value" file, read once.
+func keyedSum(path string, keys ...string) int64 {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	var sum int64
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 2 && slices.Contains(keys, f[0]) {
+			v, _ := strconv.ParseInt(f[1], 10, 64)
+			sum += v
+		}
+	}
+	return sum
+}
+
+// dumpBytes is what a memory dump of the group's processes writes, as the
+// kernel counts it: their anonymous memory and shared memory (tmpfs
+// included), swapped out or not. Page cache (files the processes read)
+// is not dumped and not counted.
+func (cg *cgroups) dumpBytes() int64 {
+	if cg.v2 {
+		d := cg.paths["unified"]
+		return keyedSum(filepath.Join(d, "memory.stat"), "anon", "shmem") + readInt(filepath.Join(d, "memory.swap.current"))
+	}
+	if d, ok := cg.paths["memory"]; ok {
+		return keyedSum(filepath.Join(d, "memory.stat"), "total_rss", "total_shmem", "total_swap")
 	}
 	return 0
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"os"
 	"os/exec"
@@ -20,6 +21,7 @@ import (
 	"github.com/forkbox/forkbox/internal/agent/client"
 	"github.com/forkbox/forkbox/internal/agent/wire"
 	"github.com/forkbox/forkbox/internal/criu"
+	"github.com/forkbox/forkbox/internal/diskspace"
 	"github.com/forkbox/forkbox/internal/image"
 	"github.com/forkbox/forkbox/internal/netsetup"
 	"github.com/forkbox/forkbox/internal/sandboxinit"
@@ -150,7 +152,12 @@ func (r *Runtime) CheckpointMemory(ctx context.Context, h *criu.Host, id string,
 	if fz := r.FreezerDir(id); fz != "" {
 		opts.FreezeCgroup = proto.String(fz)
 	}
-	_, err = runCRIU(ctx, h, rpc.CriuReqType_DUMP, opts, filepath.Join(dir, "dump.log"), nil, nil, false)
+	_, err = r.runCRIU(ctx, h, id, "CRIU could not dump the processes of sandbox "+id, rpc.CriuReqType_DUMP, opts,
+		filepath.Join(dir, "dump.log"), nil, nil, false)
+	if f := (*criu.Failure)(nil); errors.As(err, &f) && f.NoSpace() {
+		// Numbers as of now: the caller removes what CRIU wrote.
+		return diskspace.Full(dir, "a memory snapshot of sandbox "+id, r.SnapshotNeed(id, true), false, err)
+	}
 	return err
 }
 
@@ -254,7 +261,7 @@ func (r *Runtime) RestoreMemory(ctx context.Context, h *criu.Host, spec Spec, cr
 		lctx, cancel := context.WithTimeout(ctx, criuTimeout)
 		defer cancel()
 		if lazy, err = h.StartLazyPages(lctx, criuDir, dir); err != nil {
-			return nil, err
+			return nil, r.criuLogged(spec.ID, err)
 		}
 		undo.add(lazy.Kill)
 		if err := cg.join(lazy.Pid()); err != nil {
@@ -262,7 +269,8 @@ func (r *Runtime) RestoreMemory(ctx context.Context, h *criu.Host, spec Spec, cr
 		}
 		opts.LazyPages = proto.Bool(true)
 	}
-	resp, err := runCRIU(ctx, h, rpc.CriuReqType_RESTORE, opts, filepath.Join(dir, "restore.log"), cg, r.restoreHooks.notify, lazy != nil)
+	resp, err := r.runCRIU(ctx, h, spec.ID, "CRIU could not restore the processes of sandbox "+spec.ID, rpc.CriuReqType_RESTORE, opts,
+		filepath.Join(dir, "restore.log"), cg, r.restoreHooks.notify, lazy != nil)
 	if pid := resp.GetRestore().GetPid(); pid > 0 {
 		undo.add(func() error { unix.Kill(int(pid), unix.SIGKILL); return nil })
 	}
@@ -299,7 +307,7 @@ func (r *Runtime) RestoreMemory(ctx context.Context, h *criu.Host, spec Spec, cr
 		// Not before every page is in: a checkpoint would miss the
 		// pages still out, and the images may go once this returns.
 		if err := lazy.Wait(ctx); err != nil {
-			return nil, fmt.Errorf("restore's memory: %w", err)
+			return nil, fmt.Errorf("restore's memory: %w", r.criuLogged(spec.ID, err))
 		}
 	}
 	r.log.Debug("memory restore (ms since CRIU started)", "sandbox", spec.ID, "lazy", lazy != nil,
@@ -343,9 +351,11 @@ const criuTimeout = 2 * time.Minute
 
 // runCRIU has CRIU do one request over its RPC socket, first moving CRIU
 // into join (when not nil) so that a restored tree lands in the sandbox's
-// cgroups, and answering its notifications with notify. Errors carry CRIU's
-// message and the end of its log (logPath).
-func runCRIU(ctx context.Context, h *criu.Host, typ rpc.CriuReqType, opts *rpc.CriuOpts, logPath string, join *cgroups, notify func(context.Context) criu.Notify, lazy bool) (*rpc.CriuResp, error) {
+// cgroups, and answering its notifications with notify. A failure is a
+// *criu.Failure saying what (what failed, CRIU's first error message), and
+// what CRIU's log (logPath) said goes to the daemon's log, under sandbox
+// id, never into the error.
+func (r *Runtime) runCRIU(ctx context.Context, h *criu.Host, id, what string, typ rpc.CriuReqType, opts *rpc.CriuOpts, logPath string, join *cgroups, notify func(context.Context) criu.Notify, lazy bool) (*rpc.CriuResp, error) {
 	ctx, cancel := context.WithTimeout(ctx, criuTimeout)
 	defer cancel()
 	sw, err := h.StartSwrk(ctx, lazy)
@@ -366,19 +376,51 @@ func runCRIU(ctx context.Context, h *criu.Host, typ rpc.CriuReqType, opts *rpc.C
 	if cerr := sw.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
-	if err != nil {
-		if ctx.Err() != nil {
-			err = fmt.Errorf("%w (%w)", err, ctx.Err())
-		}
-		return resp, fmt.Errorf("%w%s", err, tail(logPath, 12))
+	if err == nil {
+		return resp, nil
 	}
-	return resp, nil
+	if ctx.Err() != nil {
+		err = fmt.Errorf("%w (%w)", err, ctx.Err())
+	}
+	f := &criu.Failure{What: what, Reason: err.Error(), Log: tail(logPath, 12), Errno: int(resp.GetCrErrno()), Err: err}
+	if line := noSpaceLine(logPath); line != "" && !diskspace.InOutput(f.Log) {
+		f.Log += "\n" + line
+	}
+	if m := resp.GetCrErrmsg(); m != "" && !resp.GetSuccess() {
+		f.Reason = criu.Reason(m)
+		if ctx.Err() != nil {
+			f.Reason += " (" + ctx.Err().Error() + ")"
+		}
+	}
+	// The sandbox manager retries a dump that met one of the agent's
+	// connections, which CRIU's log names (its first error may not).
+	if strings.Contains(f.Log, "Unix socket") && !strings.Contains(f.Reason, "Unix socket") {
+		f.Reason = "a Unix socket in the sandbox is connected to a peer outside it (" + f.Reason + ")"
+	}
+	return resp, r.criuLogged(id, f)
 }
 
-// tail returns the last n error-ish lines of a CRIU log.
+// criuLogged logs what CRIU's log said about err, a *criu.Failure (other
+// errors carry no log), under sandbox id, and returns err: the error a
+// client sees is short, and the detail is in the daemon's log.
+func (r *Runtime) criuLogged(id string, err error) error {
+	var f *criu.Failure
+	if !errors.As(err, &f) {
+		return err
+	}
+	level := slog.LevelError
+	if f.NoSpace() {
+		level = slog.LevelWarn // the disk's state, not CRIU's failing: the caller answers 507
+	}
+	r.log.Log(context.Background(), level, "CRIU failed", "sandbox", id, "err", f.Error(), "errno", f.Errno, "criu_log", f.Log)
+	return err
+}
+
+// tail returns the last n error-ish lines of a CRIU log, "" when there is
+// none.
 func tail(path string, n int) string {
 	b, err := os.ReadFile(path)
-	if err != nil {
+	if err != nil || len(bytes.TrimSpace(b)) == 0 {
 		return ""
 	}
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
@@ -394,5 +436,20 @@ func tail(path string, n int) string {
 	if len(keep) > n {
 		keep = keep[len(keep)-n:]
 	}
-	return "\n" + strings.Join(keep, "\n")
+	return strings.Join(keep, "\n")
+}
+
+// noSpaceLine returns the first line of a CRIU log that reports a full
+// disk, "" when none does.
+func noSpaceLine(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if diskspace.InOutput(l) {
+			return l
+		}
+	}
+	return ""
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/forkbox/forkbox/internal/agent/wire"
+	"github.com/forkbox/forkbox/internal/diskspace"
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"golang.org/x/sys/unix"
 )
@@ -76,17 +77,45 @@ func (cg *cgroups) setFrozen(ctx context.Context, frozen bool) error {
 // opaque directories).
 var tarArgs = []string{"--xattrs", "--xattrs-include=*", "--numeric-owner", "--sparse"}
 
+// diskUsed is what the files of sandbox id's writable layer take on its
+// disk (the ext4 filesystem of disk_mb; 0 when it cannot be read).
+func (r *Runtime) diskUsed(id string) int64 {
+	var st unix.Statfs_t
+	if err := unix.Statfs(filepath.Join(r.Dir(id), "disk"), &st); err != nil || st.Type != unix.EXT4_SUPER_MAGIC {
+		return 0
+	}
+	return int64(st.Blocks-st.Bfree) * st.Bsize
+}
+
+// SnapshotNeed estimates the bytes a snapshot of running sandbox id
+// writes: the files of its writable layer (fs.tar) and, for a memory
+// snapshot, the memory CRIU dumps (its processes' anonymous and shared
+// memory). Callers check it against the free space before they pause the
+// sandbox (diskspace.Check), and report it when a write fails anyway.
+func (r *Runtime) SnapshotNeed(id string, memory bool) int64 {
+	n := r.diskUsed(id)
+	if memory {
+		n += newCgroups(r.cfg.CgroupParent, id).dumpBytes()
+	}
+	return n
+}
+
 // ExportFS writes the sandbox's writable layer to dst as a tar archive. The
-// caller freezes the sandbox first for a consistent copy.
+// caller freezes the sandbox first for a consistent copy. A host disk
+// that fills up meanwhile is errdefs.ErrInsufficientStorage (diskspace),
+// and the caller removes dst.
 func (r *Runtime) ExportFS(ctx context.Context, id, dst string) error {
 	upper := filepath.Join(r.Dir(id), "disk", "upper")
 	args := append([]string{"-C", upper, "-cf", dst}, tarArgs...)
 	out, err := exec.CommandContext(ctx, "tar", append(args, ".")...).CombinedOutput()
 	if err != nil {
-		if strings.Contains(string(out), "No space left") {
-			return errdefs.ResourceExhausted("no space left on the host to write the snapshot: %s", strings.TrimSpace(string(out)))
+		text := strings.TrimSpace(string(out))
+		if diskspace.InOutput(text) {
+			r.log.Warn("tar of a writable layer ran out of disk space", "sandbox", id, "dst", dst, "tar", text)
+			return diskspace.Full(filepath.Dir(dst), "a snapshot of the files of sandbox "+id, r.diskUsed(id), false,
+				fmt.Errorf("tar the writable layer: %v: %s", err, text))
 		}
-		return fmt.Errorf("tar the writable layer: %v: %s", err, strings.TrimSpace(string(out)))
+		return fmt.Errorf("tar the writable layer: %v: %s", err, text)
 	}
 	return nil
 }
@@ -115,6 +144,12 @@ var buildExcludes = []string{wire.Dir[1:], "etc/resolv.conf"}
 // buildExcludes. The sandbox is frozen meanwhile, so nothing changes under
 // the copy.
 func (r *Runtime) CaptureLayer(ctx context.Context, id, dst string) error {
+	// Up front, before the copy (and the freeze): a layer that cannot fit
+	// in the images dir is refused with the numbers.
+	need := r.diskUsed(id)
+	if err := diskspace.Check(dst, "the layer of build sandbox "+id, need); err != nil {
+		return err
+	}
 	if err := r.Freeze(ctx, id); err != nil {
 		return err
 	}
@@ -126,10 +161,12 @@ func (r *Runtime) CaptureLayer(ctx context.Context, id, dst string) error {
 	upper := filepath.Join(r.Dir(id), "disk", "upper")
 	out, err := exec.CommandContext(ctx, "cp", "-a", "--", upper+"/.", dst+"/").CombinedOutput()
 	if err != nil {
-		if strings.Contains(string(out), "No space left") {
-			return errdefs.ResourceExhausted("no space left on the host for the layer: %s", strings.TrimSpace(string(out)))
+		text := strings.TrimSpace(string(out))
+		if diskspace.InOutput(text) {
+			r.log.Warn("copy of a build layer ran out of disk space", "sandbox", id, "dst", dst, "cp", text)
+			return diskspace.Full(dst, "the layer of build sandbox "+id, need, false, fmt.Errorf("copy the writable layer: %v: %s", err, text))
 		}
-		return fmt.Errorf("copy the writable layer: %v: %s", err, strings.TrimSpace(string(out)))
+		return fmt.Errorf("copy the writable layer: %v: %s", err, text)
 	}
 	for _, p := range buildExcludes {
 		if err := os.RemoveAll(filepath.Join(dst, p)); err != nil {

@@ -860,10 +860,7 @@ func (r *Runtime) Destroy(ctx context.Context, id string, info *Info) error {
 // Usage reads a sandbox's resource use.
 func (r *Runtime) Usage(id string) Usage {
 	u := newCgroups(r.cfg.CgroupParent, id).stats()
-	var st unix.Statfs_t
-	if err := unix.Statfs(filepath.Join(r.Dir(id), "disk"), &st); err == nil && st.Type == unix.EXT4_SUPER_MAGIC {
-		u.DiskUsedBytes = int64(st.Blocks-st.Bfree) * st.Bsize
-	}
+	u.DiskUsedBytes = r.diskUsed(id)
 	return u
 }
 
