@@ -20,6 +20,7 @@ import (
 	"github.com/forkbox/forkbox/api"
 	"github.com/forkbox/forkbox/internal/agent/client"
 	"github.com/forkbox/forkbox/internal/agent/wire"
+	"github.com/forkbox/forkbox/internal/diskspace"
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/image"
 	"github.com/forkbox/forkbox/internal/runtime"
@@ -134,6 +135,10 @@ func (b *Builder) Build(ctx context.Context, r *api.Recipe, buildContext io.Read
 		if err := image.ExtractTar(ctx, buildContext, dir, opts); err != nil {
 			if errors.Is(err, errdefs.ErrTooLarge) {
 				return nil, err // names the bound
+			}
+			if diskspace.IsFull(err) {
+				_, written, _ := treeCount(dir)
+				return nil, diskspace.Full(b.cfg.TempDir, "the build context", written, true, err)
 			}
 			return nil, fmt.Errorf("build context: %w", err)
 		}
@@ -283,7 +288,11 @@ func (b *Builder) step(ctx context.Context, st *state, n, total int, step api.Re
 			if err := st.copies.Add(files, size); err != nil {
 				return fmt.Errorf("step %d/%d (copy): %w", n, total, err)
 			}
-			return copyInto(ctx, src, dir, dest)
+			what := fmt.Sprintf("the layer of step %d/%d (copy)", n, total)
+			if err := diskspace.Check(dir, what, size); err != nil {
+				return err
+			}
+			return copyInto(ctx, src, dir, dest, what, size)
 		}); err != nil {
 			return err
 		}
@@ -363,7 +372,10 @@ func (b *Builder) run(ctx context.Context, st *state, n, total int, cmd, dir str
 		return errdefs.InvalidArgument("step %d/%d (run) failed with %s: %s\noutput:\n%s",
 			n, total, why, cmd, strings.TrimRight(out.String(), "\n"))
 	}
-	return b.rt.CaptureLayer(ctx, id, dir)
+	if err := b.rt.CaptureLayer(ctx, id, dir); err != nil {
+		return fmt.Errorf("step %d/%d (run): %w", n, total, err)
+	}
+	return nil
 }
 
 func randomID() string {

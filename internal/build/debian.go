@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/forkbox/forkbox/api"
+	"github.com/forkbox/forkbox/internal/diskspace"
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/image"
 	"github.com/forkbox/forkbox/internal/lazyre"
@@ -95,6 +96,9 @@ func debootstrap(ctx context.Context, suite, arch, mirror, dir string, logLine f
 	}
 	if err != nil {
 		text := out.String()
+		if diskspace.InOutput(text) {
+			return diskspace.Full(dir, "the debootstrap of debian:"+suite, 0, false, fmt.Errorf("debootstrap %s: %v: %s", suite, err, lastLines(text, 10)))
+		}
 		if strings.Contains(text, "No such script") || strings.Contains(text, "Failed getting release file") {
 			return errdefs.NotFound("base debian:%s: no such suite at %s: %s", suite, mirror, lastLines(text, 3))
 		}

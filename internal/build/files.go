@@ -14,6 +14,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/forkbox/forkbox/internal/diskspace"
 )
 
 // lookupUser resolves a recipe's user (name, uid, name:group or uid:gid)
@@ -165,7 +167,7 @@ func treeCount(root string) (files, size int64, err error) {
 // a file under its own name. Missing parent directories are created 0755,
 // owned by root; what is copied keeps its modes (the build context's files
 // are owned by root).
-func copyInto(ctx context.Context, src, layerDir, dest string) error {
+func copyInto(ctx context.Context, src, layerDir, dest, what string, need int64) error {
 	fi, err := os.Lstat(src)
 	if err != nil {
 		return err
@@ -185,7 +187,11 @@ func copyInto(ctx context.Context, src, layerDir, dest string) error {
 		args = []string{"-a", "--", src + "/.", target + "/"}
 	}
 	if out, err := exec.CommandContext(ctx, "cp", args...).CombinedOutput(); err != nil {
-		return fmt.Errorf("copy: %v: %s", err, strings.TrimSpace(string(out)))
+		text := strings.TrimSpace(string(out))
+		if diskspace.InOutput(text) {
+			return diskspace.Full(layerDir, what, need, false, fmt.Errorf("copy: %v: %s", err, text))
+		}
+		return fmt.Errorf("copy: %v: %s", err, text)
 	}
 	return nil
 }

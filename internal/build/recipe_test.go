@@ -141,7 +141,7 @@ func TestCopyInto(t *testing.T) {
 		{"tool.sh", "/usr/local/bin/tool", "usr/local/bin/tool"},
 		{"pkg", "/opt/pkg", "opt/pkg/sub/m.py"},
 	} {
-		if err := copyInto(ctx, filepath.Join(src, c.src), layer, c.dest); err != nil {
+		if err := copyInto(ctx, filepath.Join(src, c.src), layer, c.dest, "the layer of a copy step", 0); err != nil {
 			t.Fatalf("%s → %s: %v", c.src, c.dest, err)
 		}
 		if _, err := os.Stat(filepath.Join(layer, c.want)); err != nil {

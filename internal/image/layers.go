@@ -13,7 +13,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/forkbox/forkbox/internal/diskspace"
 	"github.com/forkbox/forkbox/internal/errdefs"
+	"github.com/forkbox/forkbox/internal/textcut"
 )
 
 // Layers live in <dir>/.layers, one directory per layer, shared by every
@@ -97,7 +99,12 @@ func (s *Store) GetLayer(id string) (*Layer, error) {
 // into place. If the layer already exists (built by another build meanwhile)
 // the new copy is dropped and the existing one kept: equal ids are equal
 // content. l.SizeBytes and l.CreatedAt are filled in.
-func (s *Store) CommitLayer(ctx context.Context, l *Layer, fill func(dir string) error) error {
+//
+// A full disk (ENOSPC met by fill or by the commit itself) is
+// errdefs.ErrInsufficientStorage naming the store's filesystem, with what
+// had been written as the need's lower bound; the half-written layer is
+// removed, as on every failure.
+func (s *Store) CommitLayer(ctx context.Context, l *Layer, fill func(dir string) error) (err error) {
 	if !validLayerID(l.ID) {
 		return fmt.Errorf("commit layer: invalid id %q", l.ID)
 	}
@@ -118,10 +125,18 @@ func (s *Store) CommitLayer(ctx context.Context, l *Layer, fill func(dir string)
 		return fmt.Errorf("commit layer: %w", err)
 	}
 	defer os.RemoveAll(tmp)
+	tree := filepath.Join(tmp, "fs")
+	defer func() { // before the removal above: it measures what was written
+		if diskspace.IsFull(err) {
+			written, _ := treeSize(tree)
+			if e := (*diskspace.Error)(nil); !errors.As(err, &e) {
+				err = diskspace.Full(root, "layer "+l.ID[:12]+" ("+textcut.Prefix(l.CreatedBy, 80)+")", written, true, err)
+			}
+		}
+	}()
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		return fmt.Errorf("commit layer: %w", err)
 	}
-	tree := filepath.Join(tmp, "fs")
 	if err := os.Mkdir(tree, 0o755); err != nil {
 		return fmt.Errorf("commit layer: %w", err)
 	}
@@ -176,7 +191,7 @@ func (s *Store) CommitLayer(ctx context.Context, l *Layer, fill func(dir string)
 // logged and retried later, never returned (remote.go).
 func (s *Store) Register(ctx context.Context, img *Image, replace func(old *Image) error) error {
 	if err := s.register(ctx, img, replace); err != nil {
-		return err
+		return diskspace.Map(err, s.dir, "the record of image "+img.Name, 0)
 	}
 	s.publishAfterRegister(ctx, img)
 	return nil

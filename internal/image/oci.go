@@ -22,6 +22,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
+	"github.com/forkbox/forkbox/internal/diskspace"
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/units"
 )
@@ -229,6 +230,9 @@ func (s *Store) Import(ctx context.Context, name string, archive io.Reader, repl
 		if errors.Is(err, errdefs.ErrTooLarge) {
 			return nil, err
 		}
+		if diskspace.IsFull(err) {
+			return nil, diskspace.Full(s.dir, fmt.Sprintf("the archive of image %q (spooled before its import)", name), size, true, err)
+		}
 		return nil, fmt.Errorf("import image %q: spool archive: %w", name, tarErr(err))
 	}
 	if size > bounds.ExpandedBytes {
@@ -288,6 +292,16 @@ func (s *Store) importTar(ctx context.Context, name string, f *os.File, size int
 	if err != nil {
 		return nil, err
 	}
+	// Up front: the layers take about what the archive holds (a docker
+	// archive's are uncompressed; an OCI layout's compressed, and the
+	// layout is unpacked first, so twice that at least).
+	need := size
+	if format == formatOCI {
+		need = 2 * size
+	}
+	if err := diskspace.Check(s.dir, fmt.Sprintf("the layers of image %q", name), need); err != nil {
+		return nil, err
+	}
 	if format == formatOCI {
 		dir, err := os.MkdirTemp(s.dir, tmpPrefix+"import-")
 		if err != nil {
@@ -295,7 +309,7 @@ func (s *Store) importTar(ctx context.Context, name string, f *os.File, size int
 		}
 		defer os.RemoveAll(dir)
 		if err := extractLayoutTar(ctx, io.NewSectionReader(f, 0, size), dir, s.Bounds().Files); err != nil {
-			return nil, err
+			return nil, diskspace.Map(err, s.dir, fmt.Sprintf("the OCI layout of image %q (unpacked before its import)", name), size)
 		}
 		return s.importLayout(ctx, name, dir, replace, logf)
 	}
