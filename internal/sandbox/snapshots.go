@@ -103,6 +103,9 @@ func (m *Manager) checkpoint(ctx context.Context, ref string, req *api.Checkpoin
 	var l *live
 	switch sb.State {
 	case api.StateRunning:
+		if err := m.checkSnapshotRoom(sb.ID, typ == api.SnapshotMemory, false); err != nil {
+			return nil, err
+		}
 		var release func()
 		l, release, err = m.acquireExclusive(ctx, sb.ID, "checkpoint")
 		if err != nil {
@@ -133,7 +136,7 @@ func (m *Manager) checkpoint(ctx context.Context, ref string, req *api.Checkpoin
 	}()
 	paused, err := capture(p)
 	if err != nil {
-		return nil, opErr(ctx, err)
+		return nil, opErr(ctx, m.snapshotSpaceErr(err, sb.ID, typ == api.SnapshotMemory, false))
 	}
 	if err := hookPoint(ctx, "checkpoint:captured", sb.ID, sb.Name); err != nil {
 		return nil, opErr(ctx, err)

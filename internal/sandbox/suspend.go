@@ -72,6 +72,9 @@ func (m *Manager) Suspend(ctx context.Context, ref, reason string) (_ *api.Sandb
 			return nil, err
 		}
 	}
+	if err := m.checkSnapshotRoom(sb.ID, true, true); err != nil {
+		return nil, err
+	}
 	l, release, err := m.acquireExclusive(ctx, sb.ID, "suspend")
 	if err != nil {
 		return nil, err
@@ -168,7 +171,7 @@ func (m *Manager) takeSuspendImage(ctx context.Context, l *live, sb *store.Sandb
 	}()
 	paused, err := m.captureMemory(ctx, l, sb, p)
 	if err != nil {
-		return "", err
+		return "", m.snapshotSpaceErr(err, sb.ID, true, true)
 	}
 	size, sum, err := p.CommitContext(ctx)
 	if err != nil {
