@@ -30,6 +30,7 @@ import (
 
 	"github.com/forkbox/forkbox/api"
 	"github.com/forkbox/forkbox/internal/chat"
+	"github.com/forkbox/forkbox/internal/diskspace"
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/keylock"
 	"github.com/forkbox/forkbox/internal/sandbox"
@@ -292,8 +293,18 @@ func cleanName(name string) string {
 	return name
 }
 
+// CheckRoom refuses (errdefs.ErrInsufficientStorage, naming the
+// filesystem and both sizes) an upload of about size bytes (a request's
+// Content-Length, say) that the uploads dir's filesystem cannot hold now,
+// before a byte of it is read. An unknown size (0 or less) passes: a full
+// disk met while Upload writes is the same error.
+func (s *Service) CheckRoom(size int64) error {
+	return diskspace.Check(s.cfg.UploadsDir, "an upload", size)
+}
+
 // Upload stores a CSV file. Anything that is not CSV text is refused with a
-// message saying why, and so is a file over the limit; nothing is kept then.
+// message saying why, and so is a file over the limit, or one that fills
+// the disk (insufficient storage); nothing is kept then.
 func (s *Service) Upload(ctx context.Context, name string, r io.Reader, conversationID string) (*api.UploadedFile, error) {
 	if !strings.EqualFold(filepath.Ext(name), ".csv") {
 		return nil, errdefs.InvalidArgument("only CSV files can be uploaded: %q does not end in .csv", name)
@@ -321,6 +332,9 @@ func (s *Service) Upload(ctx context.Context, name string, r io.Reader, conversa
 		err = cerr
 	}
 	if err != nil {
+		if diskspace.IsFull(err) {
+			return nil, diskspace.Full(s.cfg.UploadsDir, fmt.Sprintf("the upload %q", name), n, true, err)
+		}
 		return nil, fmt.Errorf("store upload: %w", err)
 	}
 	if n > s.cfg.MaxUploadBytes {
@@ -449,6 +463,9 @@ func (s *Service) Ask(ctx context.Context, req *api.ChatRequest, emit func(api.C
 		name := req.CSVName
 		if name == "" {
 			name = "data.csv"
+		}
+		if err := s.CheckRoom(int64(len(req.CSV))); err != nil {
+			return nil, fmt.Errorf("csv: %w", err)
 		}
 		u, err := s.Upload(ctx, name, strings.NewReader(req.CSV), "")
 		if err != nil {
@@ -711,6 +728,9 @@ func (s *Service) fetchBlob(ctx context.Context, u *store.Upload, path string) (
 	h := sha256.New()
 	// One byte past the recorded size is enough to know it is wrong.
 	n, err := io.Copy(io.MultiWriter(tmp, h), io.LimitReader(rc, u.SizeBytes+1))
+	if diskspace.IsFull(err) {
+		return diskspace.Full(s.cfg.UploadsDir, fmt.Sprintf("upload %s (fetched from object storage)", u.ID), u.SizeBytes, false, err)
+	}
 	if err != nil {
 		return fmt.Errorf("upload %s: fetch %s from object storage: %w", u.ID, key, err)
 	}

@@ -118,6 +118,10 @@ func (s *Server) uploadFile(w http.ResponseWriter, r *http.Request) error {
 	if err != nil || mt != "multipart/form-data" || params["boundary"] == "" {
 		return errdefs.InvalidArgument("upload a file as multipart/form-data with a part named \"file\"")
 	}
+	// A body the uploads dir cannot hold is refused before it is read.
+	if err := svc.CheckRoom(r.ContentLength); err != nil {
+		return err
+	}
 	// The service enforces the limit with a clear message; this bound only
 	// stops a body that goes on far beyond it.
 	mr := multipart.NewReader(http.MaxBytesReader(w, r.Body, svc.MaxUploadBytes()+(1<<20)), params["boundary"])

@@ -17,6 +17,7 @@ import (
 
 	"github.com/forkbox/forkbox/api"
 	"github.com/forkbox/forkbox/internal/build"
+	"github.com/forkbox/forkbox/internal/diskspace"
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/image"
 )
@@ -245,6 +246,9 @@ parts:
 			n, cerr := io.Copy(u.spool, io.LimitReader(part, limit+1))
 			if cerr != nil {
 				if isWriteErr(cerr, u.spool) {
+					if diskspace.IsFull(cerr) {
+						return nil, diskspace.Full(os.TempDir(), "the build context (spooled until its recipe is read)", n, true, cerr)
+					}
 					return nil, fmt.Errorf("spooling the build context: %w", cerr)
 				}
 				return nil, multipartErr(cerr, limit, note)
