@@ -177,7 +177,7 @@ func Check(ctx context.Context) (*Host, error) {
 	if err != nil {
 		// One line for clients (a memory snapshot's 503 says it); what
 		// CRIU printed is for the daemon's log (ProblemLog).
-		reason := firstError(out)
+		reason := FailureReason(out)
 		if reason == "" {
 			reason = firstLine(out)
 		}

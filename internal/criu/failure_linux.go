@@ -1,6 +1,7 @@
 package criu
 
 import (
+	"slices"
 	"strings"
 	"syscall"
 
@@ -57,12 +58,31 @@ func Reason(msg string) string {
 	return strings.Join(strings.Fields(msg), " ")
 }
 
-// firstError returns the first error message of CRIU's output, "" if none.
-func firstError(out []byte) string {
+// benign are messages CRIU logs as errors and then goes on (this VM
+// refuses CRIU's raising of its own open-file limit, say): never the
+// reason a run failed.
+var benign = []string{"Can't setup RLIMIT_NOFILE"}
+
+// generic are the last words of a failed run, which say nothing of why.
+var generic = []string{"Dumping FAILED.", "Restoring FAILED.", "Lazy pages FAILED."}
+
+// FailureReason returns the error message of CRIU's output or log that says
+// best why the run failed: the first one that is neither benign nor
+// generic, else the first, without its level and source location; "" when
+// there is none.
+func FailureReason(out []byte) string {
+	first := ""
 	for _, line := range strings.Split(string(out), "\n") {
-		if strings.HasPrefix(line, "Error") {
-			return Reason(line)
+		if !strings.HasPrefix(line, "Error") {
+			continue
+		}
+		msg := Reason(line)
+		if first == "" {
+			first = msg
+		}
+		if !slices.ContainsFunc(benign, func(b string) bool { return strings.Contains(msg, b) }) && !slices.Contains(generic, msg) {
+			return msg
 		}
 	}
-	return ""
+	return first
 }

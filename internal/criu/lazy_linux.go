@@ -171,7 +171,7 @@ func (l *LazyPages) Kill() error {
 func (l *LazyPages) failure(msg string) error {
 	f := &Failure{What: msg}
 	if b, err := os.ReadFile(l.logPath); err == nil && len(bytes.TrimSpace(b)) > 0 {
-		f.Reason, f.Log = firstError(b), errorText(b)
+		f.Reason, f.Log = FailureReason(b), errorText(b)
 	}
 	return f
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/forkbox/forkbox/internal/image"
 	"github.com/forkbox/forkbox/internal/netsetup"
 	"github.com/forkbox/forkbox/internal/sandboxinit"
+	"github.com/forkbox/forkbox/internal/textcut"
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
 )
@@ -382,12 +383,20 @@ func (r *Runtime) runCRIU(ctx context.Context, h *criu.Host, id, what string, ty
 	if ctx.Err() != nil {
 		err = fmt.Errorf("%w (%w)", err, ctx.Err())
 	}
-	f := &criu.Failure{What: what, Reason: err.Error(), Log: tail(logPath, 12), Errno: int(resp.GetCrErrno()), Err: err}
-	if line := noSpaceLine(logPath); line != "" && !diskspace.InOutput(f.Log) {
+	full, _ := os.ReadFile(logPath)
+	f := &criu.Failure{What: what, Reason: err.Error(), Log: logText(full), Errno: int(resp.GetCrErrno()), Err: err}
+	if line := noSpaceLine(full); line != "" && !diskspace.InOutput(f.Log) {
 		f.Log += "\n" + line
 	}
-	if m := resp.GetCrErrmsg(); m != "" && !resp.GetSuccess() {
-		f.Reason = criu.Reason(m)
+	// Why, in one line: the log's telling error, else CRIU's first error
+	// (kept in memory by CRIU: there even when the log could not be
+	// written, on a full disk say).
+	reason := criu.FailureReason(full)
+	if m := resp.GetCrErrmsg(); reason == "" && m != "" && !resp.GetSuccess() {
+		reason = criu.Reason(m)
+	}
+	if reason != "" {
+		f.Reason = reason
 		if ctx.Err() != nil {
 			f.Reason += " (" + ctx.Err().Error() + ")"
 		}
@@ -416,37 +425,19 @@ func (r *Runtime) criuLogged(id string, err error) error {
 	return err
 }
 
-// tail returns the last n error-ish lines of a CRIU log, "" when there is
-// none.
-func tail(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil || len(bytes.TrimSpace(b)) == 0 {
-		return ""
-	}
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	var keep []string
-	for _, l := range lines {
-		if strings.Contains(l, "Error") || strings.Contains(l, "err") || strings.Contains(l, "fail") {
-			keep = append(keep, l)
-		}
-	}
-	if len(keep) == 0 {
-		keep = lines
-	}
-	if len(keep) > n {
-		keep = keep[len(keep)-n:]
-	}
-	return strings.Join(keep, "\n")
+// maxLogText bounds the CRIU log a failure carries to the daemon's log (at
+// level 2 CRIU writes its errors and warnings only: a few lines).
+const maxLogText = 16 << 10
+
+// logText is a CRIU log for the daemon's log: its end, when it is long.
+func logText(log []byte) string {
+	return textcut.Suffix(strings.TrimSpace(string(log)), maxLogText)
 }
 
 // noSpaceLine returns the first line of a CRIU log that reports a full
 // disk, "" when none does.
-func noSpaceLine(path string) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return ""
-	}
-	for _, l := range strings.Split(string(b), "\n") {
+func noSpaceLine(log []byte) string {
+	for _, l := range strings.Split(string(log), "\n") {
 		if diskspace.InOutput(l) {
 			return l
 		}
