@@ -309,8 +309,12 @@ func TestOpenAPISnapshotLimits(t *testing.T) {
 	}
 	// The statuses of the snapshot errors are documented.
 	for op, codes := range map[string][]string{
-		"POST /v1/sandboxes/{sandbox}/checkpoint": {"201", "400", "404", "409", "429", "503"},
-		"POST /v1/sandboxes/{sandbox}/fork":       {"201", "400", "404", "409", "429", "503"},
+		"POST /v1/sandboxes/{sandbox}/checkpoint": {"201", "400", "404", "409", "429", "503", "507"},
+		"POST /v1/sandboxes/{sandbox}/fork":       {"201", "400", "404", "409", "429", "503", "507"},
+		"POST /v1/sandboxes/{sandbox}/suspend":    {"200", "404", "409", "503", "507"},
+		"POST /v1/sandboxes/{sandbox}/resume":     {"200", "404", "409", "503", "507"},
+		"POST /v1/images":                         {"201", "400", "409", "413", "507"},
+		"POST /v1/files":                          {"201", "400", "413", "507"},
 		"POST /v1/sandboxes":                      {"201", "404", "409", "503"},
 		"GET /v1/snapshots":                       {"200", "404"},
 		"GET /v1/snapshots/{id}":                  {"200", "404"},
