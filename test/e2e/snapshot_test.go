@@ -147,8 +147,8 @@ func TestSnapshotCorruptRefused(t *testing.T) {
 }
 
 // TestCheckpointFailureLeavesNothing: with the snapshot store on a tiny
-// filesystem, a checkpoint fails midway; no half snapshot remains and the
-// sandbox keeps running.
+// filesystem, a checkpoint does not fit: 507 naming that filesystem; no
+// half snapshot remains and the sandbox keeps running.
 func TestCheckpointFailureLeavesNothing(t *testing.T) {
 	needRoot(t)
 	dataDir := filepath.Join(t.TempDir(), "small")
@@ -171,8 +171,8 @@ func TestCheckpointFailureLeavesNothing(t *testing.T) {
 		t.Fatalf("%+v %v", res, err)
 	}
 	status, _, raw := checkpoint(t, d, sb.ID, api.CheckpointRequest{})
-	if status < 400 {
-		t.Fatalf("checkpoint onto a 2 MB store succeeded: %s", raw)
+	if status != http.StatusInsufficientStorage || !strings.Contains(string(raw), "the filesystem at "+snaps+" (tmpfs)") {
+		t.Fatalf("checkpoint onto a 2 MB store: %d %s; want 507 naming the store's filesystem", status, raw)
 	}
 	if l := listSnapshots(t, d); len(l) != 0 {
 		t.Fatalf("failed checkpoint left snapshots: %+v", l)
