@@ -353,9 +353,9 @@ const criuTimeout = 2 * time.Minute
 // runCRIU has CRIU do one request over its RPC socket, first moving CRIU
 // into join (when not nil) so that a restored tree lands in the sandbox's
 // cgroups, and answering its notifications with notify. A failure is a
-// *criu.Failure saying what (what failed, CRIU's first error message), and
-// what CRIU's log (logPath) said goes to the daemon's log, under sandbox
-// id, never into the error.
+// *criu.Failure saying what failed and why (the telling error of CRIU's
+// log, criu.FailureReason), and what CRIU's log (logPath) said goes to the
+// daemon's log, under sandbox id, never into the error.
 func (r *Runtime) runCRIU(ctx context.Context, h *criu.Host, id, what string, typ rpc.CriuReqType, opts *rpc.CriuOpts, logPath string, join *cgroups, notify func(context.Context) criu.Notify, lazy bool) (*rpc.CriuResp, error) {
 	ctx, cancel := context.WithTimeout(ctx, criuTimeout)
 	defer cancel()
@@ -402,8 +402,9 @@ func (r *Runtime) runCRIU(ctx context.Context, h *criu.Host, id, what string, ty
 		}
 	}
 	// The sandbox manager retries a dump that met one of the agent's
-	// connections, which CRIU's log names (its first error may not).
-	if strings.Contains(f.Log, "Unix socket") && !strings.Contains(f.Reason, "Unix socket") {
+	// connections, which an error of CRIU's log names (its telling one
+	// may not).
+	if typ == rpc.CriuReqType_DUMP && errorLineWith(full, "Unix socket") && !strings.Contains(f.Reason, "Unix socket") {
 		f.Reason = "a Unix socket in the sandbox is connected to a peer outside it (" + f.Reason + ")"
 	}
 	return resp, r.criuLogged(id, f)
@@ -432,6 +433,16 @@ const maxLogText = 16 << 10
 // logText is a CRIU log for the daemon's log: its end, when it is long.
 func logText(log []byte) string {
 	return textcut.Suffix(strings.TrimSpace(string(log)), maxLogText)
+}
+
+// errorLineWith says whether an error line of a CRIU log holds s.
+func errorLineWith(log []byte, s string) bool {
+	for _, l := range strings.Split(string(log), "\n") {
+		if strings.HasPrefix(l, "Error") && strings.Contains(l, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // noSpaceLine returns the first line of a CRIU log that reports a full
