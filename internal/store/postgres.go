@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/forkbox/forkbox/api"
@@ -20,8 +19,9 @@ import (
 // SQLite's (migrations): the index of an entry plus one is its version.
 // Never edit a shipped entry: append a new one.
 //
-// The schema is SQLite's at its version 9, with the same column names and
-// the same encodings so that both backends behave alike: instants are
+// The schema is SQLite's (SQLite's versions 1 to 9 are PostgreSQL's 1, its
+// 10 is 2), with the same column names and the same encodings so that both
+// backends behave alike: instants are
 // bigint nanoseconds since the epoch (timestamptz keeps only microseconds),
 // JSON documents are text kept byte for byte, and the columns results are
 // ordered by collate "C" (bytewise, as SQLite compares).
@@ -166,6 +166,13 @@ var pgMigrations = []string{
 		started_at      BIGINT NOT NULL,
 		heartbeat_at    BIGINT NOT NULL
 	);`,
+	// 2: the indexes of lists paged by keyset and of PruneTerminated
+	// (SQLite's 10).
+	`CREATE INDEX sandboxes_tenant_created ON sandboxes(tenant, created_at, id);
+	CREATE INDEX sandboxes_tenant_live ON sandboxes(tenant, created_at, id) WHERE state != 'terminated';
+	CREATE INDEX snapshots_tenant_created ON snapshots(tenant, created_at, id);
+	CREATE INDEX conversations_tenant_updated ON conversations(tenant, updated_at, created_at, id);
+	CREATE INDEX conversations_sandbox ON conversations(sandbox_id);`,
 }
 
 // Advisory lock keys. Migrations take a session lock on the one-bigint key
@@ -350,46 +357,81 @@ func (p *Postgres) Get(ctx context.Context, ref string) (*Sandbox, error) {
 
 // List implements Store.
 func (p *Postgres) List(ctx context.Context, f ListFilter) ([]*Sandbox, error) {
-	where := []string{"TRUE"}
-	var args []any
-	add := func(cond string, v any) {
-		args = append(args, v)
-		where = append(where, strings.ReplaceAll(cond, "?", fmt.Sprintf("$%d", len(args))))
-	}
-	if f.State != "" {
-		add("state = ?", f.State)
-	}
-	if f.Name != "" {
-		add("name = ?", f.Name)
-	}
-	if f.Tenant != "" {
-		add("tenant = ?", f.Tenant)
-	}
-	if t := tenant.Of(ctx); t != "" {
-		add("tenant = ?", t)
-	}
-	if f.Node != "" {
-		add("(node = ? OR node = '')", f.Node)
-	}
-	rows, err := p.pool.Query(ctx, `SELECT `+sandboxCols+` FROM sandboxes WHERE `+strings.Join(where, " AND ")+` ORDER BY created_at DESC, id`, args...)
+	out, _, err := p.ListPage(ctx, f, Page{})
+	return out, err
+}
+
+// ListPage implements Store.
+func (p *Postgres) ListPage(ctx context.Context, f ListFilter, pg Page) ([]*Sandbox, string, error) {
+	query, args, err := sandboxListQuery(true, tenant.Of(ctx), f, pg)
 	if err != nil {
-		return nil, fmt.Errorf("list sandboxes: %w", err)
+		return nil, "", err
+	}
+	out, err := pgRows(ctx, p.pool, "list sandboxes", query, args, scanSandbox)
+	if err != nil {
+		return nil, "", err
+	}
+	out, next := cutPage(out, pg, sandboxCursor(pg))
+	return out, next, nil
+}
+
+// pgRows runs query and scans every row it returns.
+func pgRows[T any](ctx context.Context, pool *pgxpool.Pool, what, query string, args []any, scan func(scanner) (T, error)) ([]T, error) {
+	rows, err := pool.Query(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	defer rows.Close()
-	var out []*Sandbox
+	var out []T
 	for rows.Next() {
-		sb, err := scanSandbox(rows)
+		v, err := scan(rows)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%s: %w", what, err)
 		}
-		if matchLabels(sb.Spec.Labels, f.Labels) {
-			out = append(out, sb)
-		}
+		out = append(out, v)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list sandboxes: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return out, nil
+}
+
+// PruneTerminated implements Store: a batch at a time, each in its own
+// transaction, like SQLite's.
+func (p *Postgres) PruneTerminated(ctx context.Context, before time.Time) (int64, error) {
+	del := (&sqlQuery{pg: true})
+	del.add(`id IN (`+prunableSandboxes+`)`, before.UnixNano())
+	var total int64
+	for {
+		var ids []string
+		err := p.inTx(ctx, func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, `DELETE FROM sandboxes WHERE `+del.sql()+` RETURNING id`, del.args...)
+			if err != nil {
+				return fmt.Errorf("prune terminated sandboxes: %w", err)
+			}
+			ids, err = pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				return fmt.Errorf("prune terminated sandboxes: %w", err)
+			}
+			if len(ids) == 0 {
+				return nil
+			}
+			if _, err := tx.Exec(ctx, `DELETE FROM sandbox_events WHERE sandbox_id = ANY($1)`, ids); err != nil {
+				return fmt.Errorf("prune terminated sandboxes' events: %w", err)
+			}
+			if _, err := tx.Exec(ctx, `DELETE FROM cells WHERE sandbox_id = ANY($1)`, ids); err != nil {
+				return fmt.Errorf("prune terminated sandboxes' cells: %w", err)
+			}
+			return nil
+		})
+		if err != nil {
+			return total, err
+		}
+		total += int64(len(ids))
+		if len(ids) < pruneBatch {
+			return total, nil
+		}
+	}
 }
 
 // Update implements Store. The row is read FOR UPDATE: another daemon's
@@ -504,24 +546,22 @@ func (p *Postgres) GetSnapshot(ctx context.Context, id string) (*Snapshot, error
 
 // ListSnapshots implements Store.
 func (p *Postgres) ListSnapshots(ctx context.Context, sandboxID string) ([]*Snapshot, error) {
-	rows, err := p.pool.Query(ctx, `SELECT `+snapshotCols+` FROM snapshots WHERE ($1 = '' OR tenant = $1)
-		AND ($2 = '' OR sandbox_id = $2) ORDER BY created_at DESC, id`, tenant.Of(ctx), sandboxID)
+	out, _, err := p.ListSnapshotsPage(ctx, SnapshotFilter{SandboxID: sandboxID}, Page{})
+	return out, err
+}
+
+// ListSnapshotsPage implements Store.
+func (p *Postgres) ListSnapshotsPage(ctx context.Context, f SnapshotFilter, pg Page) ([]*Snapshot, string, error) {
+	query, args, err := snapshotListQuery(true, tenant.Of(ctx), f, pg)
 	if err != nil {
-		return nil, fmt.Errorf("list snapshots: %w", err)
+		return nil, "", err
 	}
-	defer rows.Close()
-	var out []*Snapshot
-	for rows.Next() {
-		sn, err := scanSnapshot(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, sn)
+	out, err := pgRows(ctx, p.pool, "list snapshots", query, args, scanSnapshot)
+	if err != nil {
+		return nil, "", err
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list snapshots: %w", err)
-	}
-	return out, nil
+	out, next := cutPage(out, pg, snapshotCursor)
+	return out, next, nil
 }
 
 // DeleteSnapshot implements Store.

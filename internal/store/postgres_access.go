@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/forkbox/forkbox/api"
@@ -145,44 +144,25 @@ func (p *Postgres) AppendAudit(ctx context.Context, entries []AuditEntry) error 
 
 // ListAudit implements AccessStore.
 func (p *Postgres) ListAudit(ctx context.Context, f AuditFilter) ([]AuditEntry, error) {
-	where := []string{"TRUE"}
-	var args []any
-	add := func(cond string, v any) {
-		args = append(args, v)
-		where = append(where, fmt.Sprintf(cond, len(args)))
-	}
-	for _, c := range []struct{ col, v string }{{"tenant", f.Tenant}, {"key_id", f.KeyID}, {"resource", f.Resource}} {
-		if c.v != "" {
-			add(c.col+" = $%d", c.v)
-		}
-	}
-	if f.Before > 0 {
-		add("id < $%d", f.Before)
-	}
-	limit := f.Limit
-	if limit <= 0 {
-		limit = 100
-	}
-	rows, err := p.pool.Query(ctx, `SELECT id, at, key_id, tenant, action, resource, status, outcome, request_id, via FROM audit
-		WHERE `+strings.Join(where, " AND ")+` ORDER BY id DESC LIMIT `+fmt.Sprint(limit), args...)
+	out, _, err := p.ListAuditPage(ctx, f, auditPage(f))
+	return out, err
+}
+
+// ListAuditPage implements AccessStore.
+func (p *Postgres) ListAuditPage(ctx context.Context, f AuditFilter, pg Page) ([]AuditEntry, string, error) {
+	query, args, err := auditListQuery(true, f, pg)
 	if err != nil {
-		return nil, fmt.Errorf("list audit: %w", err)
+		return nil, "", err
 	}
-	defer rows.Close()
-	out := []AuditEntry{}
-	for rows.Next() {
-		var e AuditEntry
-		var at int64
-		if err := rows.Scan(&e.ID, &at, &e.KeyID, &e.Tenant, &e.Action, &e.Resource, &e.Status, &e.Outcome, &e.RequestID, &e.Via); err != nil {
-			return nil, err
-		}
-		e.At = time.Unix(0, at).UTC()
-		out = append(out, e)
+	out, err := pgRows(ctx, p.pool, "list audit", query, args, scanAudit)
+	if err != nil {
+		return nil, "", err
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list audit: %w", err)
+	if out == nil {
+		out = []AuditEntry{}
 	}
-	return out, nil
+	out, next := cutPage(out, pg, auditCursor)
+	return out, next, nil
 }
 
 // PruneAudit implements AccessStore.

@@ -45,24 +45,22 @@ func (p *Postgres) GetConversation(ctx context.Context, id string) (*Conversatio
 
 // ListConversations implements ConversationStore.
 func (p *Postgres) ListConversations(ctx context.Context) ([]*Conversation, error) {
-	rows, err := p.pool.Query(ctx, `SELECT `+conversationCols+` FROM conversations WHERE ($1 = '' OR tenant = $1)
-		ORDER BY updated_at DESC, created_at DESC, id`, tenant.Of(ctx))
+	out, _, err := p.ListConversationsPage(ctx, Page{})
+	return out, err
+}
+
+// ListConversationsPage implements ConversationStore.
+func (p *Postgres) ListConversationsPage(ctx context.Context, pg Page) ([]*Conversation, string, error) {
+	query, args, err := conversationListQuery(true, tenant.Of(ctx), pg)
 	if err != nil {
-		return nil, fmt.Errorf("list conversations: %w", err)
+		return nil, "", err
 	}
-	defer rows.Close()
-	var out []*Conversation
-	for rows.Next() {
-		c, err := scanConversation(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, c)
+	out, err := pgRows(ctx, p.pool, "list conversations", query, args, scanConversation)
+	if err != nil {
+		return nil, "", err
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list conversations: %w", err)
-	}
-	return out, nil
+	out, next := cutPage(out, pg, conversationCursor)
+	return out, next, nil
 }
 
 // UpdateConversation implements ConversationStore.

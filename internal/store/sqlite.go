@@ -187,6 +187,16 @@ var migrations = []string{
 		started_at      INTEGER NOT NULL,
 		heartbeat_at    INTEGER NOT NULL
 	);`,
+	// 10: lists page by keyset, newest first (page.go): a tenant's
+	// sandboxes, all of them and the live ones alone (the API's default
+	// list skips no terminated rows to fill a page), its snapshots and
+	// its conversations in their lists' orders; the conversations by
+	// sandbox, for PruneTerminated.
+	`CREATE INDEX sandboxes_tenant_created ON sandboxes(tenant, created_at, id);
+	CREATE INDEX sandboxes_tenant_live ON sandboxes(tenant, created_at, id) WHERE state != 'terminated';
+	CREATE INDEX snapshots_tenant_created ON snapshots(tenant, created_at, id);
+	CREATE INDEX conversations_tenant_updated ON conversations(tenant, updated_at, created_at, id);
+	CREATE INDEX conversations_sandbox ON conversations(sandbox_id);`,
 }
 
 // SQLite is the embedded Store: one database file in the data directory,
@@ -418,53 +428,96 @@ func (s *SQLite) Get(ctx context.Context, ref string) (*Sandbox, error) {
 
 // List implements Store.
 func (s *SQLite) List(ctx context.Context, f ListFilter) ([]*Sandbox, error) {
-	where := []string{"1=1"}
-	var args []any
-	if f.State != "" {
-		where = append(where, "state = ?")
-		args = append(args, f.State)
-	}
-	if f.Name != "" {
-		where = append(where, "name = ?")
-		args = append(args, f.Name)
-	}
-	if f.Tenant != "" {
-		where = append(where, "tenant = ?")
-		args = append(args, f.Tenant)
-	}
-	if t := tenant.Of(ctx); t != "" {
-		where = append(where, "tenant = ?")
-		args = append(args, t)
-	}
-	if f.Node != "" {
-		where = append(where, "(node = ? OR node = '')")
-		args = append(args, f.Node)
-	}
-	rows, err := s.db.QueryContext(ctx, `SELECT `+sandboxCols+` FROM sandboxes WHERE `+strings.Join(where, " AND ")+` ORDER BY created_at DESC, id`, args...)
-	if err != nil {
-		return nil, fmt.Errorf("list sandboxes: %w", err)
-	}
-	defer rows.Close()
-	var out []*Sandbox
-	for rows.Next() {
-		sb, err := scanSandbox(rows)
-		if err != nil {
-			return nil, err
-		}
-		if matchLabels(sb.Spec.Labels, f.Labels) {
-			out = append(out, sb)
-		}
-	}
-	return out, rows.Err()
+	out, _, err := s.ListPage(ctx, f, Page{})
+	return out, err
 }
 
-func matchLabels(have, want map[string]string) bool {
-	for k, v := range want {
-		if hv, ok := have[k]; !ok || hv != v {
-			return false
+// ListPage implements Store.
+func (s *SQLite) ListPage(ctx context.Context, f ListFilter, p Page) ([]*Sandbox, string, error) {
+	query, args, err := sandboxListQuery(false, tenant.Of(ctx), f, p)
+	if err != nil {
+		return nil, "", err
+	}
+	out, err := sqliteRows(ctx, s.db, "list sandboxes", query, args, scanSandbox)
+	if err != nil {
+		return nil, "", err
+	}
+	out, next := cutPage(out, p, sandboxCursor(p))
+	return out, next, nil
+}
+
+// sqliteRows runs query and scans every row it returns.
+func sqliteRows[T any](ctx context.Context, db *sql.DB, what, query string, args []any, scan func(scanner) (T, error)) ([]T, error) {
+	rows, err := db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		out = append(out, v)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return out, nil
+}
+
+// PruneTerminated implements Store. It removes a batch at a time, each in
+// its own transaction; a sandbox's cells go with it (its events by the
+// foreign key's cascade, and explicitly).
+func (s *SQLite) PruneTerminated(ctx context.Context, before time.Time) (int64, error) {
+	var total int64
+	for {
+		n, err := s.pruneBatch(ctx, before)
+		total += n
+		if err != nil || n < pruneBatch {
+			return total, err
 		}
 	}
-	return true
+}
+
+func (s *SQLite) pruneBatch(ctx context.Context, before time.Time) (int64, error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("prune terminated sandboxes: begin: %w", err)
+	}
+	defer tx.Rollback()
+	rows, err := tx.QueryContext(ctx, `DELETE FROM sandboxes WHERE id IN (`+prunableSandboxes+`) RETURNING id`, before.UnixNano())
+	if err != nil {
+		return 0, fmt.Errorf("prune terminated sandboxes: %w", err)
+	}
+	var ids []any
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return 0, fmt.Errorf("prune terminated sandboxes: %w", err)
+		}
+		ids = append(ids, id)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("prune terminated sandboxes: %w", err)
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	in := placeholders(len(ids))
+	if _, err := tx.ExecContext(ctx, `DELETE FROM sandbox_events WHERE sandbox_id IN (`+in+`)`, ids...); err != nil {
+		return 0, fmt.Errorf("prune terminated sandboxes' events: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM cells WHERE sandbox_id IN (`+in+`)`, ids...); err != nil {
+		return 0, fmt.Errorf("prune terminated sandboxes' cells: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("prune terminated sandboxes: commit: %w", err)
+	}
+	return int64(len(ids)), nil
 }
 
 // Update implements Store.
@@ -591,26 +644,22 @@ func (s *SQLite) GetSnapshot(ctx context.Context, id string) (*Snapshot, error) 
 
 // ListSnapshots implements Store.
 func (s *SQLite) ListSnapshots(ctx context.Context, sandboxID string) ([]*Snapshot, error) {
-	q := `SELECT ` + snapshotCols + ` FROM snapshots WHERE (?1 = '' OR tenant = ?1)`
-	args := []any{tenant.Of(ctx)}
-	if sandboxID != "" {
-		q += ` AND sandbox_id = ?2`
-		args = append(args, sandboxID)
-	}
-	rows, err := s.db.QueryContext(ctx, q+` ORDER BY created_at DESC, id`, args...)
+	out, _, err := s.ListSnapshotsPage(ctx, SnapshotFilter{SandboxID: sandboxID}, Page{})
+	return out, err
+}
+
+// ListSnapshotsPage implements Store.
+func (s *SQLite) ListSnapshotsPage(ctx context.Context, f SnapshotFilter, p Page) ([]*Snapshot, string, error) {
+	query, args, err := snapshotListQuery(false, tenant.Of(ctx), f, p)
 	if err != nil {
-		return nil, fmt.Errorf("list snapshots: %w", err)
+		return nil, "", err
 	}
-	defer rows.Close()
-	var out []*Snapshot
-	for rows.Next() {
-		sn, err := scanSnapshot(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, sn)
+	out, err := sqliteRows(ctx, s.db, "list snapshots", query, args, scanSnapshot)
+	if err != nil {
+		return nil, "", err
 	}
-	return out, rows.Err()
+	out, next := cutPage(out, p, snapshotCursor)
+	return out, next, nil
 }
 
 // DeleteSnapshot implements Store.

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/forkbox/forkbox/api"
@@ -182,39 +181,25 @@ func (s *SQLite) AppendAudit(ctx context.Context, entries []AuditEntry) error {
 
 // ListAudit implements AccessStore.
 func (s *SQLite) ListAudit(ctx context.Context, f AuditFilter) ([]AuditEntry, error) {
-	where := []string{"1=1"}
-	var args []any
-	for _, c := range []struct{ col, v string }{{"tenant", f.Tenant}, {"key_id", f.KeyID}, {"resource", f.Resource}} {
-		if c.v != "" {
-			where = append(where, c.col+" = ?")
-			args = append(args, c.v)
-		}
-	}
-	if f.Before > 0 {
-		where = append(where, "id < ?")
-		args = append(args, f.Before)
-	}
-	limit := f.Limit
-	if limit <= 0 {
-		limit = 100
-	}
-	rows, err := s.db.QueryContext(ctx, `SELECT id, at, key_id, tenant, action, resource, status, outcome, request_id, via FROM audit
-		WHERE `+strings.Join(where, " AND ")+` ORDER BY id DESC LIMIT `+fmt.Sprint(limit), args...)
+	out, _, err := s.ListAuditPage(ctx, f, auditPage(f))
+	return out, err
+}
+
+// ListAuditPage implements AccessStore.
+func (s *SQLite) ListAuditPage(ctx context.Context, f AuditFilter, p Page) ([]AuditEntry, string, error) {
+	query, args, err := auditListQuery(false, f, p)
 	if err != nil {
-		return nil, fmt.Errorf("list audit: %w", err)
+		return nil, "", err
 	}
-	defer rows.Close()
-	out := []AuditEntry{}
-	for rows.Next() {
-		var e AuditEntry
-		var at int64
-		if err := rows.Scan(&e.ID, &at, &e.KeyID, &e.Tenant, &e.Action, &e.Resource, &e.Status, &e.Outcome, &e.RequestID, &e.Via); err != nil {
-			return nil, err
-		}
-		e.At = time.Unix(0, at).UTC()
-		out = append(out, e)
+	out, err := sqliteRows(ctx, s.db, "list audit", query, args, scanAudit)
+	if err != nil {
+		return nil, "", err
 	}
-	return out, rows.Err()
+	if out == nil {
+		out = []AuditEntry{}
+	}
+	out, next := cutPage(out, p, auditCursor)
+	return out, next, nil
 }
 
 // PruneAudit implements AccessStore.

@@ -59,21 +59,22 @@ func (s *SQLite) GetConversation(ctx context.Context, id string) (*Conversation,
 
 // ListConversations implements ConversationStore.
 func (s *SQLite) ListConversations(ctx context.Context) ([]*Conversation, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+conversationCols+` FROM conversations WHERE (?1 = '' OR tenant = ?1)
-		ORDER BY updated_at DESC, created_at DESC, id`, tenant.Of(ctx))
+	out, _, err := s.ListConversationsPage(ctx, Page{})
+	return out, err
+}
+
+// ListConversationsPage implements ConversationStore.
+func (s *SQLite) ListConversationsPage(ctx context.Context, p Page) ([]*Conversation, string, error) {
+	query, args, err := conversationListQuery(false, tenant.Of(ctx), p)
 	if err != nil {
-		return nil, fmt.Errorf("list conversations: %w", err)
+		return nil, "", err
 	}
-	defer rows.Close()
-	var out []*Conversation
-	for rows.Next() {
-		c, err := scanConversation(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, c)
+	out, err := sqliteRows(ctx, s.db, "list conversations", query, args, scanConversation)
+	if err != nil {
+		return nil, "", err
 	}
-	return out, rows.Err()
+	out, next := cutPage(out, p, conversationCursor)
+	return out, next, nil
 }
 
 // UpdateConversation implements ConversationStore.

@@ -56,9 +56,10 @@ func TestSQLiteConversationsReopenAndUpgrade(t *testing.T) {
 	if err := s.Create(ctx, testSandbox(1)); err != nil {
 		t.Fatal(err)
 	}
-	// Back to schema 5, as an older forkbox left it: 9, 8, 7 undone, then 6.
+	// Back to schema 5, as an older forkbox left it: 10, 9, 8, 7 undone, then 6.
 	db := store.RawDB(s)
-	for _, q := range []string{`DROP TABLE nodes`, `DROP INDEX sandboxes_node`, `ALTER TABLE sandboxes DROP COLUMN node`, `DROP TABLE cells`, `DROP TABLE audit`, `DROP TABLE tenants`, `DROP TABLE api_keys`,
+	for _, q := range []string{`DROP INDEX sandboxes_tenant_created`, `DROP INDEX sandboxes_tenant_live`, `DROP INDEX snapshots_tenant_created`,
+		`DROP INDEX conversations_tenant_updated`, `DROP INDEX conversations_sandbox`, `DROP TABLE nodes`, `DROP INDEX sandboxes_node`, `ALTER TABLE sandboxes DROP COLUMN node`, `DROP TABLE cells`, `DROP TABLE audit`, `DROP TABLE tenants`, `DROP TABLE api_keys`,
 		`DROP INDEX sandboxes_live_name`, `DROP INDEX sandboxes_name`, `ALTER TABLE sandboxes DROP COLUMN tenant`,
 		`CREATE UNIQUE INDEX sandboxes_live_name ON sandboxes(name) WHERE name != '' AND state != 'terminated'`,
 		`CREATE INDEX sandboxes_name ON sandboxes(name)`, `ALTER TABLE snapshots DROP COLUMN tenant`,

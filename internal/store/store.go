@@ -130,6 +130,18 @@ type ListFilter struct {
 	// Node narrows to the sandboxes of one node; rows with Node "" match
 	// every node (they predate nodes).
 	Node string
+	// States narrows to the sandboxes in any of these states.
+	States []api.SandboxState
+	// HideTerminated leaves terminated sandboxes out (the API's default).
+	HideTerminated bool
+}
+
+// SnapshotFilter narrows ListSnapshotsPage. Empty fields match everything.
+type SnapshotFilter struct {
+	// SandboxID narrows to the snapshots taken of one sandbox.
+	SandboxID string
+	// ExcludeType leaves the snapshots of one type out.
+	ExcludeType api.SnapshotType
 }
 
 // Snapshot is one snapshot's durable record. Its files live in the snapshot
@@ -173,6 +185,16 @@ type Store interface {
 	Get(ctx context.Context, ref string) (*Sandbox, error)
 	// List returns sandboxes, newest first.
 	List(ctx context.Context, f ListFilter) ([]*Sandbox, error)
+	// ListPage returns one page of the sandboxes that match f, newest
+	// first (oldest first with p.Oldest) by (CreatedAt, ID), and the cursor
+	// of the next page ("" on the last). A malformed cursor is
+	// errdefs.ErrInvalidArgument.
+	ListPage(ctx context.Context, f ListFilter, p Page) ([]*Sandbox, string, error)
+	// PruneTerminated removes the sandboxes terminated before before, with
+	// their events and cells, except those that a snapshot (taken of it)
+	// or a conversation (its sandbox) names; it returns how many it
+	// removed.
+	PruneTerminated(ctx context.Context, before time.Time) (int64, error)
 	// Update runs fn on the current row inside a transaction and stores the
 	// result (all but ID and Tenant; CreatedAt moves when a warm pool's
 	// sandbox is handed out); when fn changed State an event with fn's
@@ -190,6 +212,10 @@ type Store interface {
 	GetSnapshot(ctx context.Context, id string) (*Snapshot, error)
 	// ListSnapshots returns snapshots, newest first; sandboxID "" means all.
 	ListSnapshots(ctx context.Context, sandboxID string) ([]*Snapshot, error)
+	// ListSnapshotsPage returns one page of the snapshots that match f,
+	// newest first by (CreatedAt, ID), and the cursor of the next page (""
+	// on the last).
+	ListSnapshotsPage(ctx context.Context, f SnapshotFilter, p Page) ([]*Snapshot, string, error)
 	// DeleteSnapshot removes a snapshot's record. Missing: errdefs.ErrNotFound.
 	DeleteSnapshot(ctx context.Context, id string) error
 
@@ -271,7 +297,7 @@ type AuditFilter struct {
 	Tenant, KeyID, Resource string
 	// Before, when not 0, lists entries with a smaller id (paging).
 	Before int64
-	// Limit caps the entries returned.
+	// Limit caps the entries ListAudit returns (100 when 0).
 	Limit int
 }
 
@@ -302,6 +328,10 @@ type AccessStore interface {
 	AppendAudit(ctx context.Context, entries []AuditEntry) error
 	// ListAudit returns entries, newest first.
 	ListAudit(ctx context.Context, f AuditFilter) ([]AuditEntry, error)
+	// ListAuditPage returns one page of the entries that match f (f.Limit
+	// aside: p.Limit caps the page), newest first, and the cursor of the
+	// next page ("" on the last).
+	ListAuditPage(ctx context.Context, f AuditFilter, p Page) ([]AuditEntry, string, error)
 	// PruneAudit removes entries older than before; it returns how many.
 	PruneAudit(ctx context.Context, before time.Time) (int64, error)
 }
@@ -358,6 +388,11 @@ type ConversationStore interface {
 	// ListConversations returns every conversation, the most recently
 	// updated first.
 	ListConversations(ctx context.Context) ([]*Conversation, error)
+	// ListConversationsPage returns one page of the conversations, the most
+	// recently updated first by (UpdatedAt, CreatedAt, ID), and the cursor
+	// of the next page ("" on the last). A conversation updated while a
+	// client walks the pages moves to the head of the list.
+	ListConversationsPage(ctx context.Context, p Page) ([]*Conversation, string, error)
 	// UpdateConversation writes c's Title, SandboxID, SandboxName, Model and
 	// UpdatedAt (CreatedAt is kept). Missing: errdefs.ErrNotFound.
 	UpdateConversation(ctx context.Context, c *Conversation) error

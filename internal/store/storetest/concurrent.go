@@ -295,7 +295,7 @@ func testRaceTurns(t *testing.T, ss []store.Backend) {
 }
 
 // RunBackend runs every interface's suite against a backend: Run,
-// RunConversations, RunAccess, RunCells and RunNodes. newBackend must
+// RunConversations, RunAccess, RunCells, RunNodes and RunPaging. newBackend must
 // return a fresh, empty store each time it is called; RunBackend closes it.
 func RunBackend(t *testing.T, newBackend func(t *testing.T) store.Backend) {
 	closing := func(t *testing.T) store.Backend {
@@ -314,4 +314,5 @@ func RunBackend(t *testing.T, newBackend func(t *testing.T) store.Backend) {
 	t.Run("Access", func(t *testing.T) { RunAccess(t, func(t *testing.T) store.AccessStore { return closing(t) }) })
 	t.Run("Cells", func(t *testing.T) { RunCells(t, func(t *testing.T) store.CellStore { return closing(t) }) })
 	t.Run("Nodes", func(t *testing.T) { RunNodes(t, func(t *testing.T) store.NodeStore { return closing(t) }) })
+	t.Run("Paging", func(t *testing.T) { RunPaging(t, closing) })
 }

@@ -8,7 +8,8 @@
 //	}
 //
 // Run, RunConversations, RunAccess, RunCells and RunNodes run one
-// interface's part; RunConcurrent holds several instances on one database
+// interface's part; RunPaging the lists' pages and the retention's prune
+// across them; RunConcurrent holds several instances on one database
 // (several daemons) to the same contract while they race.
 package storetest
 
