@@ -150,7 +150,11 @@ type AuditEntry struct {
 	Via string `json:"via,omitempty"`
 }
 
-// AuditList is the body of GET /v1/audit, newest first.
+// AuditList is the body of GET /v1/audit: one page of entries, newest
+// first.
 type AuditList struct {
 	Entries []AuditEntry `json:"entries"`
+	// NextCursor, when set, is the cursor of the next page (pass it as
+	// ?cursor=); absent on the last page.
+	NextCursor string `json:"next_cursor,omitempty"`
 }

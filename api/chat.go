@@ -122,9 +122,13 @@ type ChatTurn struct {
 	CreatedAt time.Time   `json:"created_at"`
 }
 
-// ConversationList is the body of GET /v1/conversations, newest first.
+// ConversationList is the body of GET /v1/conversations: one page of
+// conversations, the most recently updated first.
 type ConversationList struct {
 	Conversations []Conversation `json:"conversations"`
+	// NextCursor, when set, is the cursor of the next page (pass it as
+	// ?cursor=); absent on the last page.
+	NextCursor string `json:"next_cursor,omitempty"`
 }
 
 // CreateConversationRequest is the body of POST /v1/conversations: a new

@@ -22,12 +22,15 @@ type Image struct {
 	CreatedAt time.Time `json:"created_at"`
 }
 
-// ImageList is the body of GET /v1/images.
+// ImageList is the body of GET /v1/images: one page of images, by name.
 type ImageList struct {
 	Images []Image `json:"images"`
 	// Building are the daemon's own images being built now (not yet in
-	// Images).
+	// Images), on the first page only.
 	Building []ImageReadiness `json:"building,omitempty"`
+	// NextCursor, when set, is the cursor of the next page (pass it as
+	// ?cursor=); absent on the last page.
+	NextCursor string `json:"next_cursor,omitempty"`
 }
 
 // Recipe is how an image is built (POST /v1/images with a JSON or YAML

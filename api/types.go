@@ -189,9 +189,13 @@ type Usage struct {
 	SuspendedSeconds float64 `json:"suspended_seconds"`
 }
 
-// SandboxList is the body of GET /v1/sandboxes.
+// SandboxList is the body of GET /v1/sandboxes: one page of sandboxes,
+// newest first.
 type SandboxList struct {
 	Sandboxes []Sandbox `json:"sandboxes"`
+	// NextCursor, when set, is the cursor of the next page (pass it as
+	// ?cursor=); absent on the last page.
+	NextCursor string `json:"next_cursor,omitempty"`
 }
 
 // ExecRequest is the body of POST /v1/sandboxes/{sandbox}/exec.
@@ -302,9 +306,13 @@ type Snapshot struct {
 	CreatedAt time.Time    `json:"created_at"`
 }
 
-// SnapshotList is the body of GET /v1/snapshots.
+// SnapshotList is the body of GET /v1/snapshots: one page of snapshots,
+// newest first.
 type SnapshotList struct {
 	Snapshots []Snapshot `json:"snapshots"`
+	// NextCursor, when set, is the cursor of the next page (pass it as
+	// ?cursor=); absent on the last page.
+	NextCursor string `json:"next_cursor,omitempty"`
 }
 
 // ForkRequest is the body of POST /v1/sandboxes/{sandbox}/fork.

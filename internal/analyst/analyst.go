@@ -219,6 +219,20 @@ func (s *Service) ListConversations(ctx context.Context) ([]api.Conversation, er
 	return out, nil
 }
 
+// ListConversationsPage returns one page of the conversations, the most
+// recently updated first, with the cursor of the next page.
+func (s *Service) ListConversationsPage(ctx context.Context, p store.Page) (*api.ConversationList, error) {
+	cs, next, err := s.store.ListConversationsPage(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	out := &api.ConversationList{Conversations: make([]api.Conversation, 0, len(cs)), NextCursor: next}
+	for _, c := range cs {
+		out.Conversations = append(out.Conversations, *s.view(c))
+	}
+	return out, nil
+}
+
 // GetConversation returns a conversation with its turns and files.
 func (s *Service) GetConversation(ctx context.Context, id string) (*api.Conversation, error) {
 	c, err := s.store.GetConversation(ctx, id)

@@ -368,14 +368,11 @@ func (s *Server) listAudit(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	q := r.URL.Query()
-	f := store.AuditFilter{Tenant: q.Get("tenant"), KeyID: q.Get("key_id"), Resource: q.Get("resource"), Limit: 100}
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 1000 {
-			return errdefs.InvalidArgument("limit: %q is not a number from 1 to 1000", v)
-		}
-		f.Limit = n
+	page, err := pageParams(q)
+	if err != nil {
+		return err
 	}
+	f := store.AuditFilter{Tenant: q.Get("tenant"), KeyID: q.Get("key_id"), Resource: q.Get("resource")}
 	if v := q.Get("before"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 1 {
@@ -384,11 +381,11 @@ func (s *Server) listAudit(w http.ResponseWriter, r *http.Request) error {
 		f.Before = n
 	}
 	s.audit.flush() // what was just done is in the answer
-	entries, err := as.ListAudit(r.Context(), f)
+	entries, next, err := as.ListAuditPage(r.Context(), f, page)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, api.AuditList{Entries: entries})
+	writeJSON(w, http.StatusOK, api.AuditList{Entries: entries, NextCursor: next})
 	return nil
 }
 

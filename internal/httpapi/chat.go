@@ -74,11 +74,15 @@ func (s *Server) listConversations(w http.ResponseWriter, r *http.Request) error
 	if err != nil {
 		return err
 	}
-	cs, err := svc.ListConversations(r.Context())
+	page, err := pageParams(r.URL.Query())
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, api.ConversationList{Conversations: cs})
+	list, err := svc.ListConversationsPage(r.Context(), page)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, list)
 	return nil
 }
 

@@ -384,17 +384,27 @@ func TestListStatesAreTheAPIs(t *testing.T) {
 }
 
 // FuzzListSandboxes lists with any query string. It checks: the answer is
-// 200 or 400; it is 400 exactly for an unknown state or a label that is
-// not key:value with a key; a 200 lists exactly the sandboxes that match
-// every filter, as an array (never null).
+// 200 or 400; it is 400 exactly for an unknown state, a label that is not
+// key:value with a key, a limit that is not a number from 1 to 1000, an
+// include_terminated that is not a boolean or a cursor that does not
+// decode; a 200 lists exactly the sandboxes that match every filter (the
+// terminated ones only when asked for by state or include_terminated), as
+// an array (never null), in order (newest first, then the greater id),
+// after the cursor, cut at the limit with a next cursor exactly when more
+// follow.
 func FuzzListSandboxes(f *testing.F) {
 	for _, q := range []string{"", "state=running", "state=bogus", "label=team:ml", "label=team:ml&label=env:prod", "label=team", "label=:x",
-		"label=url:http://x:1/", "name=alpha&state=running", "state=lost", "label=a+b:c%25d", "label=%zz", "state=", "label=team:ml&label=team:data", "name=%00", ";;&&=="} {
+		"label=url:http://x:1/", "name=alpha&state=running", "state=lost", "label=a+b:c%25d", "label=%zz", "state=", "label=team:ml&label=team:data", "name=%00", ";;&&==",
+		"include_terminated=true", "include_terminated=1", "include_terminated=yes", "state=terminated", "limit=2", "limit=0", "limit=1001", "limit=+3", "limit=",
+		"limit=2&cursor=" + store.Cursor{Kind: store.CursorSandboxes, T: time.Unix(1700000000, 0).UnixNano(), ID: "sbx_d"}.Encode(),
+		"cursor=" + store.Cursor{Kind: store.CursorSnapshots, T: 1, ID: "x"}.Encode(), "cursor=%%%", "cursor=", "include_terminated=true&limit=1&cursor=" +
+			store.Cursor{Kind: store.CursorSandboxes, T: time.Unix(1700000000, 0).UnixNano(), ID: "sbx_c"}.Encode()} {
 		f.Add(q)
 	}
 	fs := newFuzzServer(f, Config{})
+	created := time.Unix(1700000000, 0)
 	for _, sb := range fuzzSandboxes {
-		sb.CreatedAt, sb.LastActiveAt = time.Unix(1700000000, 0), time.Unix(1700000000, 0)
+		sb.CreatedAt, sb.LastActiveAt = created, created
 		if err := fs.st.Create(context.Background(), sb); err != nil {
 			f.Fatal(err)
 		}
@@ -416,6 +426,30 @@ func FuzzListSandboxes(f *testing.F) {
 			}
 			labels[k] = v
 		}
+		limit := 100
+		if v, ok := q["limit"]; ok {
+			n, err := strconv.Atoi(v[0])
+			if err != nil || n < 1 || n > 1000 {
+				bad = true
+			}
+			limit = n
+		}
+		all := false
+		if v, ok := q["include_terminated"]; ok {
+			b, err := strconv.ParseBool(v[0])
+			if err != nil {
+				bad = true
+			}
+			all = b
+		}
+		var cursor *store.Cursor
+		if v := q.Get("cursor"); v != "" {
+			c, err := store.DecodeCursor(v, store.CursorSandboxes, false)
+			if err != nil {
+				bad = true
+			}
+			cursor = &c
+		}
 		if bad {
 			if w.Code != http.StatusBadRequest || errorCode(t, w) != "invalid_argument" {
 				t.Fatalf("?%s: %d %s, want 400", rawQuery, w.Code, w.Body.Bytes())
@@ -426,7 +460,8 @@ func FuzzListSandboxes(f *testing.F) {
 			t.Fatalf("?%s: %d %s, want 200", rawQuery, w.Code, w.Body.Bytes())
 		}
 		var list struct {
-			Sandboxes *[]api.Sandbox `json:"sandboxes"`
+			Sandboxes  *[]api.Sandbox `json:"sandboxes"`
+			NextCursor string         `json:"next_cursor"`
 		}
 		if err := json.Unmarshal(w.Body.Bytes(), &list); err != nil || list.Sandboxes == nil {
 			t.Fatalf("?%s: answer %s: %v", rawQuery, w.Body.Bytes(), err)
@@ -435,20 +470,30 @@ func FuzzListSandboxes(f *testing.F) {
 		for _, sb := range *list.Sandboxes {
 			got = append(got, sb.ID)
 		}
-		for _, sb := range fuzzSandboxes {
+		for i := len(fuzzSandboxes) - 1; i >= 0; i-- { // the greater id first
+			sb := fuzzSandboxes[i]
 			ok := (state == "" || sb.State == state) && (name == "" || sb.Name == name)
+			if state == "" && !all && sb.State == api.StateTerminated {
+				ok = false
+			}
 			for k, v := range labels {
 				if hv, has := sb.Spec.Labels[k]; !has || hv != v {
 					ok = false
 				}
 			}
+			if c := cursor; c != nil && (created.UnixNano() > c.T || (created.UnixNano() == c.T && sb.ID >= c.ID)) {
+				ok = false // not after the cursor
+			}
 			if ok {
 				want = append(want, sb.ID)
 			}
 		}
-		slices.Sort(got)
-		if !slices.Equal(got, want) {
-			t.Fatalf("?%s listed %v, want %v", rawQuery, got, want)
+		more := len(want) > limit
+		if more {
+			want = want[:limit]
+		}
+		if !slices.Equal(got, want) || more != (list.NextCursor != "") {
+			t.Fatalf("?%s listed %v (next %q), want %v (more: %v)", rawQuery, got, list.NextCursor, want, more)
 		}
 	})
 }

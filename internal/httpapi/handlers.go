@@ -6,6 +6,7 @@ import (
 	"mime"
 	"mime/multipart"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -29,12 +30,24 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// listSandboxes is GET /v1/sandboxes: a page of the caller's sandboxes,
+// newest first, terminated ones hidden unless state=terminated (them alone)
+// or include_terminated=true (all).
 func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
+	page, err := pageParams(q)
+	if err != nil {
+		return err
+	}
 	f := store.ListFilter{State: api.SandboxState(q.Get("state")), Name: q.Get("name")}
 	if f.State != "" && !f.State.Valid() {
 		return errdefs.InvalidArgument("state: unknown state %q", f.State)
 	}
+	all, err := boolParam(q, "include_terminated")
+	if err != nil {
+		return err
+	}
+	f.HideTerminated = f.State == "" && !all
 	for _, l := range q["label"] {
 		k, v, ok := strings.Cut(l, ":")
 		if !ok || k == "" {
@@ -45,12 +58,41 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) error {
 		}
 		f.Labels[k] = v
 	}
-	sbs, err := s.mgr.List(r.Context(), f)
+	list, err := s.mgr.ListPage(r.Context(), f, page)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, api.SandboxList{Sandboxes: sbs})
+	writeJSON(w, http.StatusOK, list)
 	return nil
+}
+
+// pageParams reads a list's page from the query: limit (1 to 1000, default
+// 100) and cursor (the next_cursor of the page before, or empty for the
+// first page; the store decodes it, and a malformed one is a 400 naming
+// it).
+func pageParams(q url.Values) (store.Page, error) {
+	p := store.Page{Limit: store.DefaultPageLimit, Cursor: q.Get("cursor")}
+	if v, ok := q["limit"]; ok {
+		n, err := strconv.Atoi(v[0])
+		if err != nil || n < 1 || n > store.MaxPageLimit {
+			return store.Page{}, errdefs.InvalidArgument("limit: %q is not a number from 1 to %d", v[0], store.MaxPageLimit)
+		}
+		p.Limit = n
+	}
+	return p, nil
+}
+
+// boolParam reads a true/false query parameter (absent: false).
+func boolParam(q url.Values, name string) (bool, error) {
+	v, ok := q[name]
+	if !ok {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v[0])
+	if err != nil {
+		return false, errdefs.InvalidArgument("%s: %q is not true or false", name, v[0])
+	}
+	return b, nil
 }
 
 func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) error {

@@ -419,16 +419,22 @@ func keepAlive(l *lazySSE, every time.Duration) (stop func()) {
 }
 
 func (s *Server) listImages(w http.ResponseWriter, r *http.Request) error {
-	imgs, err := s.mgr.ListImages(r.Context())
+	page, err := pageParams(r.URL.Query())
+	if err != nil {
+		return err
+	}
+	imgs, next, err := s.mgr.ListImagesPage(r.Context(), page)
 	if err != nil {
 		return err
 	}
 	if imgs == nil {
 		imgs = []api.Image{}
 	}
-	list := api.ImageList{Images: imgs}
+	list := api.ImageList{Images: imgs, NextCursor: next}
 	for _, b := range s.mgr.ImageReadiness() {
-		if b.State != api.ImageReady {
+		// On the first page only: a client that walks the pages sees
+		// each once.
+		if b.State != api.ImageReady && page.Cursor == "" {
 			list.Building = append(list.Building, b)
 		}
 	}

@@ -26,11 +26,16 @@ func (s *Server) checkpoint(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) error {
-	list, err := s.mgr.ListSnapshots(r.Context(), r.URL.Query().Get("sandbox"))
+	q := r.URL.Query()
+	page, err := pageParams(q)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, api.SnapshotList{Snapshots: list})
+	list, err := s.mgr.ListSnapshotsPage(r.Context(), q.Get("sandbox"), page)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, list)
 	return nil
 }
 
