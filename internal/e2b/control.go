@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -36,7 +35,7 @@ var templateAliases = map[string]bool{"": true, "base": true, "code-interpreter-
 type Controls interface {
 	Create(ctx context.Context, req *api.CreateSandboxRequest) (*api.Sandbox, error)
 	Get(ctx context.Context, ref string) (*api.Sandbox, error)
-	List(ctx context.Context, f store.ListFilter) ([]api.Sandbox, error)
+	ListPage(ctx context.Context, f store.ListFilter, p store.Page) (*api.SandboxList, error)
 	Delete(ctx context.Context, ref string) (*api.Sandbox, error)
 	Suspend(ctx context.Context, ref, reason string) (*api.Sandbox, error)
 	Resume(ctx context.Context, ref string) (*api.Sandbox, error)
@@ -44,7 +43,7 @@ type Controls interface {
 	E2BAccess(ctx context.Context, ref, template string) (*api.Sandbox, store.E2BAccess, error)
 	E2BTemplate(ctx context.Context, ref string) string
 	Checkpoint(ctx context.Context, ref string, req *api.CheckpointRequest) (*api.Snapshot, error)
-	ListSnapshots(ctx context.Context, ref string) ([]api.Snapshot, error)
+	ListSnapshotsPage(ctx context.Context, ref, name string, p store.Page) (*api.SnapshotList, error)
 	DeleteSnapshot(ctx context.Context, id string) error
 	Fork(ctx context.Context, ref string, req *api.ForkRequest) (*api.ForkResult, error)
 }
@@ -395,65 +394,69 @@ func (ct *control) info(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// e2bStates are the forkbox states each E2B state stands for in a list (a
+// sandbox that ended, terminated or failed, is in neither; a lost one,
+// which a resume may bring back, is listed as running, as info shows it).
+var e2bStates = map[string][]api.SandboxState{
+	"running": {api.StateCreating, api.StateRunning, api.StateResuming, api.StateLost},
+	"paused":  {api.StateSuspending, api.StateSuspended},
+}
+
 // list is GET /v2/sandboxes (and the older /sandboxes): the caller's
-// tenant's sandboxes that are not terminated, filtered by state (comma
+// tenant's sandboxes that have not ended, filtered by state (comma
 // separated: running, paused) and metadata (k=v pairs, URL-encoded once
-// more), paged by limit and nextToken (an offset).
+// more), newest first (order=asc: oldest first), paged by limit and
+// nextToken: the store's keyset pages, nextToken its cursor (opaque to
+// E2B's clients, which pass back the X-Next-Token they were given). No
+// X-Total-Running (optional in E2B's API): counting the whole list is
+// what paging spares.
 func (ct *control) list(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	want := map[string]bool{}
 	for _, st := range q["state"] {
 		for _, s := range strings.Split(st, ",") {
 			if s = strings.TrimSpace(s); s != "" {
-				if s != "running" && s != "paused" {
+				if e2bStates[s] == nil {
 					return &clientError{http.StatusBadRequest, fmt.Sprintf("state: %q is not running or paused", s)}
 				}
 				want[s] = true
 			}
 		}
 	}
-	meta := map[string]string{}
+	if len(want) == 0 {
+		want = map[string]bool{"running": true, "paused": true}
+	}
+	f := store.ListFilter{Labels: map[string]string{}}
+	for _, s := range []string{"running", "paused"} {
+		if want[s] {
+			f.States = append(f.States, e2bStates[s]...)
+		}
+	}
 	if m := q.Get("metadata"); m != "" {
 		vals, err := url.ParseQuery(m)
 		if err != nil {
 			return &clientError{http.StatusBadRequest, "metadata: " + err.Error()}
 		}
 		for k, v := range vals {
-			meta[k] = v[0]
+			f.Labels[k] = v[0]
 		}
 	}
-	limit, offset, err := paging(q)
+	page, err := paging(q, store.CursorSandboxes, q.Get("order") == "asc")
 	if err != nil {
 		return err
 	}
-	all, err := ct.c.List(r.Context(), store.ListFilter{Labels: meta})
+	list, err := ct.c.ListPage(r.Context(), f, page)
 	if err != nil {
 		return err
 	}
-	out := []detailJSON{}
-	for i := range all {
-		sb := &all[i]
-		if sb.State.Ended() {
-			continue
-		}
-		if len(want) > 0 && !want[e2bState(sb.State)] {
-			continue
-		}
-		out = append(out, ct.detail(r.Context(), sb, false))
+	out := make([]detailJSON, 0, len(list.Sandboxes))
+	for i := range list.Sandboxes {
+		out = append(out, ct.detail(r.Context(), &list.Sandboxes[i], false))
 	}
-	if q.Get("order") == "asc" {
-		sort.SliceStable(out, func(i, j int) bool { return out[i].StartedAt.Before(out[j].StartedAt) })
+	if list.NextCursor != "" {
+		w.Header().Set("X-Next-Token", list.NextCursor)
 	}
-	if offset > len(out) {
-		offset = len(out)
-	}
-	page := out[offset:]
-	if len(page) > limit {
-		page = page[:limit]
-		w.Header().Set("X-Next-Token", strconv.Itoa(offset+limit))
-	}
-	w.Header().Set("X-Total-Running", strconv.Itoa(len(out)))
-	writeJSON(w, http.StatusOK, page)
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -539,54 +542,45 @@ func (ct *control) snapshot(w http.ResponseWriter, r *http.Request) error {
 // paged like the sandbox list.
 func (ct *control) listSnapshots(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
-	list, err := ct.c.ListSnapshots(r.Context(), q.Get("sandboxID"))
-	if err != nil {
-		if errors.Is(err, errdefs.ErrNotFound) {
-			list = nil
-		} else {
-			return err
-		}
-	}
-	out := []snapshotJSON{}
-	for i := range list {
-		sn := &list[i]
-		if q.Get("name") != "" && sn.Name != q.Get("name") {
-			continue
-		}
-		out = append(out, snapshotView(sn))
-	}
-	limit, offset, err := paging(q)
+	page, err := paging(q, store.CursorSnapshots, false)
 	if err != nil {
 		return err
 	}
-	offset = min(offset, len(out))
-	page := out[offset:]
-	if len(page) > limit {
-		page = page[:limit]
-		w.Header().Set("X-Next-Token", strconv.Itoa(offset+limit))
+	list, err := ct.c.ListSnapshotsPage(r.Context(), q.Get("sandboxID"), q.Get("name"), page)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		list = &api.SnapshotList{}
+	} else if err != nil {
+		return err
 	}
-	writeJSON(w, http.StatusOK, page)
+	out := make([]snapshotJSON, 0, len(list.Snapshots))
+	for i := range list.Snapshots {
+		out = append(out, snapshotView(&list.Snapshots[i]))
+	}
+	if list.NextCursor != "" {
+		w.Header().Set("X-Next-Token", list.NextCursor)
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 
-// paging reads limit (1-1000, default 100) and nextToken (an offset).
-func paging(q url.Values) (limit, offset int, err error) {
-	limit = 100
+// paging reads limit (1-1000, default 100) and nextToken (the cursor of
+// the store's list of kind, oldest first or not) into a page.
+func paging(q url.Values, kind string, oldest bool) (store.Page, error) {
+	p := store.Page{Limit: store.DefaultPageLimit, Oldest: oldest}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 1000 {
-			return 0, 0, &clientError{http.StatusBadRequest, fmt.Sprintf("limit: %q is not a number from 1 to 1000", v)}
+		if err != nil || n < 1 || n > store.MaxPageLimit {
+			return store.Page{}, &clientError{http.StatusBadRequest, fmt.Sprintf("limit: %q is not a number from 1 to %d", v, store.MaxPageLimit)}
 		}
-		limit = n
+		p.Limit = n
 	}
 	if v := q.Get("nextToken"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return 0, 0, &clientError{http.StatusBadRequest, fmt.Sprintf("nextToken: %q is not a token this server gave", v)}
+		if _, err := store.DecodeCursor(v, kind, oldest); err != nil {
+			return store.Page{}, &clientError{http.StatusBadRequest, fmt.Sprintf("nextToken: %.40q is not a token this server gave for this order", v)}
 		}
-		offset = n
+		p.Cursor = v
 	}
-	return limit, offset, nil
+	return p, nil
 }
 
 // deleteSnapshot is DELETE /templates/{id} for a snapshot id (E2B's

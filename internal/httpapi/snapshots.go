@@ -31,7 +31,7 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	list, err := s.mgr.ListSnapshotsPage(r.Context(), q.Get("sandbox"), page)
+	list, err := s.mgr.ListSnapshotsPage(r.Context(), q.Get("sandbox"), "", page)
 	if err != nil {
 		return err
 	}

@@ -52,19 +52,20 @@ func (m *Manager) ListPage(ctx context.Context, f store.ListFilter, p store.Page
 	return out, nil
 }
 
-// ListSnapshotsPage returns one page of the snapshots (of one sandbox when
-// ref is set), newest first, with the cursor of the next page; sandboxes'
-// own suspend images are left out by the store's query.
-func (m *Manager) ListSnapshotsPage(ctx context.Context, ref string, p store.Page) (*api.SnapshotList, error) {
-	sandboxID := ""
+// ListSnapshotsPage returns one page of the snapshots (of sandbox ref,
+// id or name, when set; named name when set), newest first, with the
+// cursor of the next page; sandboxes' own suspend images are left out by
+// the store's query.
+func (m *Manager) ListSnapshotsPage(ctx context.Context, ref, name string, p store.Page) (*api.SnapshotList, error) {
+	f := store.SnapshotFilter{ExcludeType: snapshotSuspend, Name: name}
 	if ref != "" {
 		sb, err := m.store.Get(ctx, ref)
 		if err != nil {
 			return nil, err
 		}
-		sandboxID = sb.ID
+		f.SandboxID = sb.ID
 	}
-	list, next, err := m.store.ListSnapshotsPage(ctx, store.SnapshotFilter{SandboxID: sandboxID, ExcludeType: snapshotSuspend}, p)
+	list, next, err := m.store.ListSnapshotsPage(ctx, f, p)
 	if err != nil {
 		return nil, err
 	}

@@ -278,6 +278,9 @@ func snapshotListQuery(pg bool, scope string, f SnapshotFilter, p Page) (string,
 	if f.ExcludeType != "" {
 		q.add("type != ?", f.ExcludeType)
 	}
+	if f.Name != "" {
+		q.add("name = ?", f.Name)
+	}
 	if p.Cursor != "" {
 		c, err := DecodeCursor(p.Cursor, CursorSnapshots, false)
 		if err != nil {

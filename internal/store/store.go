@@ -142,6 +142,8 @@ type SnapshotFilter struct {
 	SandboxID string
 	// ExcludeType leaves the snapshots of one type out.
 	ExcludeType api.SnapshotType
+	// Name narrows to the snapshots of that name.
+	Name string
 }
 
 // Snapshot is one snapshot's durable record. Its files live in the snapshot
