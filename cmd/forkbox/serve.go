@@ -163,6 +163,7 @@ func addClusterFlags(cmd *cobra.Command, cfg *daemon.Config) {
 	}
 	f.DurationVar(&cfg.BlobGCGrace, "blob-gc-grace", gcGrace,
 		"with --blobs, how old an object no snapshot record names must be before the collector (at start, then hourly) deletes it (env FORKBOX_BLOB_GC_GRACE)")
+	addRetainFlag(cmd, cfg)
 	host, _ := os.Hostname()
 	nodeID := os.Getenv("FORKBOX_NODE_ID")
 	if nodeID == "" {
@@ -206,6 +207,82 @@ func addImageBoundFlags(cmd *cobra.Command, cfg *daemon.Config) {
 		return nil
 	}
 }
+
+// addRetainFlag adds --retain-terminated (env FORKBOX_RETAIN_TERMINATED):
+// how long terminated sandboxes' records stay listed before the daemon
+// prunes them. A malformed environment value fails the start rather than
+// falling back to the default, which could prune records that were meant
+// to be kept.
+func addRetainFlag(cmd *cobra.Command, cfg *daemon.Config) {
+	cfg.RetainTerminated = daemon.DefaultRetainTerminated
+	var envErr error
+	if v, ok := os.LookupEnv("FORKBOX_RETAIN_TERMINATED"); ok {
+		if d, err := parseRetention(v); err != nil {
+			envErr = fmt.Errorf("FORKBOX_RETAIN_TERMINATED=%q: %w", v, err)
+		} else {
+			cfg.RetainTerminated = d
+		}
+	}
+	cmd.Flags().Var(retentionValue{&cfg.RetainTerminated}, "retain-terminated",
+		"how long a terminated sandbox's record, events and cells are kept (and listed with include_terminated) before the daemon prunes them, at start and then hourly: a duration such as 72h or whole days such as 7d; 0 keeps them forever. A terminated sandbox that a snapshot or a conversation names is kept while they exist (env FORKBOX_RETAIN_TERMINATED)")
+	prev := cmd.PreRunE
+	cmd.PreRunE = func(c *cobra.Command, args []string) error {
+		if envErr != nil && !c.Flags().Changed("retain-terminated") {
+			return envErr
+		}
+		if prev != nil {
+			return prev(c, args)
+		}
+		return nil
+	}
+}
+
+// parseRetention reads a retention: a Go duration (72h, 90m), whole days
+// (7d) or 0; never negative.
+func parseRetention(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	var d time.Duration
+	if n, ok := strings.CutSuffix(s, "d"); ok {
+		days, err := strconv.ParseInt(n, 10, 64)
+		if err != nil || days < 0 || days > 100*365 {
+			return 0, fmt.Errorf("want a duration such as 72h, whole days such as 7d, or 0")
+		}
+		d = time.Duration(days) * 24 * time.Hour
+	} else {
+		var err error
+		if d, err = time.ParseDuration(s); err != nil {
+			return 0, fmt.Errorf("want a duration such as 72h, whole days such as 7d, or 0")
+		}
+	}
+	if d < 0 {
+		return 0, fmt.Errorf("a retention cannot be negative")
+	}
+	return d, nil
+}
+
+// retentionValue is the flag value of a retention (parseRetention).
+type retentionValue struct{ d *time.Duration }
+
+func (v retentionValue) String() string {
+	switch {
+	case v.d == nil:
+		return ""
+	case *v.d > 0 && *v.d%(24*time.Hour) == 0:
+		return fmt.Sprintf("%dd", *v.d/(24*time.Hour))
+	}
+	return v.d.String()
+}
+
+func (v retentionValue) Set(s string) error {
+	d, err := parseRetention(s)
+	if err != nil {
+		return err
+	}
+	*v.d = d
+	return nil
+}
+
+func (v retentionValue) Type() string { return "duration" }
 
 // notBool is a boolean flag that sets the negation of a Config field, so
 // that the field's zero value is the flag's default (true).

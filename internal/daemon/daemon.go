@@ -85,6 +85,11 @@ type Config struct {
 	Blobs       string
 	BlobCacheMB int64
 	BlobGCGrace time.Duration
+	// RetainTerminated is how long terminated sandboxes' records (their
+	// events and cells too) are kept before they are pruned, at start and
+	// then hourly; 0 keeps them forever (the zero Config's choice; serve's
+	// default is DefaultRetainTerminated).
+	RetainTerminated time.Duration
 	// NodeID, Advertise, NodeTimeout and OnNodeLost configure the node
 	// (package cluster); Advertise defaults to http://Listen.
 	NodeID      string
@@ -120,6 +125,8 @@ func DefaultHTTPMaxConns() int {
 const (
 	DefaultBlobCacheMB = 10240
 	DefaultBlobGCGrace = time.Hour
+	// DefaultRetainTerminated is serve's --retain-terminated: a week.
+	DefaultRetainTerminated = 7 * 24 * time.Hour
 )
 
 // clustered reports whether the daemon is a node of a cluster: its store is
@@ -389,6 +396,7 @@ func New(ctx context.Context, cfg Config) (_ *Daemon, err error) {
 		}
 	}
 	d.startBlobGC()
+	d.startRetention()
 	// The default image: built once (forkbox prepare), then every start
 	// only checks that the recipe's layers are all cached.
 	d.bg.Add(1)
