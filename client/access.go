@@ -139,16 +139,19 @@ type AuditOptions struct {
 	// Limit bounds the entries returned: 0 means the daemon's default
 	// (100); at most 1000.
 	Limit int
-	// Before, when non-zero, returns only entries with an ID below it: pass
-	// the ID of the last (oldest) entry of a page to get the next one.
+	// Before, when non-zero, returns only entries with an ID below it.
 	Before int64
+	// Cursor is the NextCursor of the page before ("" for the first page).
+	Cursor string
 }
 
-// Audit returns the audit log's entries that match opts, newest first
-// (admin only).
+// Audit returns one page of the audit log's entries that match opts,
+// newest first (admin only), and in its NextCursor the cursor of the next
+// page ("" on the last): pass it as opts.Cursor to get that page.
 //
-// Errors: ErrInvalidArgument for a Limit out of 0–1000 or a negative Before,
-// ErrPermissionDenied for a user key.
+// Errors: ErrInvalidArgument for a Limit out of 0–1000, a negative Before
+// or a cursor the daemon did not make for this list, ErrPermissionDenied
+// for a user key.
 func (c *Client) Audit(ctx context.Context, opts AuditOptions) (*api.AuditList, error) {
 	q := url.Values{}
 	if opts.Tenant != "" {
@@ -165,6 +168,9 @@ func (c *Client) Audit(ctx context.Context, opts AuditOptions) (*api.AuditList, 
 	}
 	if opts.Before != 0 {
 		q.Set("before", strconv.FormatInt(opts.Before, 10))
+	}
+	if opts.Cursor != "" {
+		q.Set("cursor", opts.Cursor)
 	}
 	var list api.AuditList
 	if err := c.doJSON(ctx, http.MethodGet, "/v1/audit", q, nil, &list); err != nil {

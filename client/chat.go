@@ -118,13 +118,22 @@ func (c *Client) CreateConversation(ctx context.Context, req api.CreateConversat
 }
 
 // ListConversations returns every conversation, the most recently updated
-// first, without their turns and files.
+// first, without their turns and files: it follows the list's pages to the
+// last (ListConversationsPage returns one).
 func (c *Client) ListConversations(ctx context.Context) ([]api.Conversation, error) {
-	var list api.ConversationList
-	if err := c.doJSON(ctx, http.MethodGet, "/v1/conversations", nil, nil, &list); err != nil {
+	out := []api.Conversation{}
+	err := c.walk(ctx, func(ctx context.Context, p Page) (string, error) {
+		list, err := c.ListConversationsPage(ctx, p)
+		if err != nil {
+			return "", err
+		}
+		out = append(out, list.Conversations...)
+		return list.NextCursor, nil
+	})
+	if err != nil {
 		return nil, err
 	}
-	return list.Conversations, nil
+	return out, nil
 }
 
 // GetConversation returns a conversation with its turns (each question and

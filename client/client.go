@@ -27,9 +27,10 @@ const (
 // Client talks to one forkbox daemon. The zero value is not usable; create
 // one with New or FromEnv.
 type Client struct {
-	baseURL string
-	apiKey  string
-	hc      *http.Client
+	baseURL   string
+	apiKey    string
+	hc        *http.Client
+	pageLimit int
 }
 
 // Option configures a Client in New.
@@ -38,6 +39,12 @@ type Option func(*Client)
 // WithAPIKey sends key as a bearer token on every request. An empty key sends
 // no Authorization header.
 func WithAPIKey(key string) Option { return func(c *Client) { c.apiKey = key } }
+
+// WithPageLimit sets how many rows per request ListSandboxes,
+// ListSnapshots, ImageList, ListImages and ListConversations ask for as
+// they walk the daemon's pages (1–1000; default 1000, the most: the fewest
+// round trips). They return every row whatever the size.
+func WithPageLimit(n int) Option { return func(c *Client) { c.pageLimit = n } }
 
 // WithHTTPClient replaces the HTTP client (default: a client without an
 // overall timeout, since exec and file transfers may run long; bound calls

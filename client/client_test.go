@@ -206,7 +206,7 @@ func TestSandboxCalls(t *testing.T) {
 
 	want := []string{
 		"POST /v1/sandboxes?",
-		"GET /v1/sandboxes?label=env%3Adev&label=team%3Aa&name=my-box&state=running",
+		"GET /v1/sandboxes?label=env%3Adev&label=team%3Aa&limit=1000&name=my-box&state=running",
 		"GET /v1/sandboxes/my-box?",
 		"DELETE /v1/sandboxes/my-box?",
 		"GET /v1/sandboxes/we%20ird%2Fx?",

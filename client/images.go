@@ -235,13 +235,24 @@ func (c *Client) ListImages(ctx context.Context) ([]api.Image, error) {
 	return list.Images, nil
 }
 
-// ImageList returns the images and the daemon's own images being built now.
+// ImageList returns every image and the daemon's own images being built
+// now: it follows the list's pages to the last (ListImagesPage returns
+// one).
 func (c *Client) ImageList(ctx context.Context) (*api.ImageList, error) {
-	var list api.ImageList
-	if err := c.doJSON(ctx, http.MethodGet, "/v1/images", nil, nil, &list); err != nil {
+	out := &api.ImageList{Images: []api.Image{}}
+	err := c.walk(ctx, func(ctx context.Context, p Page) (string, error) {
+		list, err := c.ListImagesPage(ctx, p)
+		if err != nil {
+			return "", err
+		}
+		out.Images = append(out.Images, list.Images...)
+		out.Building = append(out.Building, list.Building...)
+		return list.NextCursor, nil
+	})
+	if err != nil {
 		return nil, err
 	}
-	return &list, nil
+	return out, nil
 }
 
 // GetImage returns one image by name.

@@ -514,17 +514,31 @@ func TestOpenAPIAccess(t *testing.T) {
 	if got := resolve(raw, put+"required"); !reflect.DeepEqual(got, []any{"quotas"}) || resolve(raw, put+"additionalProperties") != false {
 		t.Errorf("PUT /v1/tenants/{tenant} body: required %v, additionalProperties %v", got, resolve(raw, put+"additionalProperties"))
 	}
-	// Query parameters, in the names the client sends.
+	// Query parameters, in the names the client sends (a shared
+	// parameter, such as a list's limit and cursor, by its $ref).
+	param := func(p any) map[string]any {
+		m := p.(map[string]any)
+		if ref, ok := m["$ref"].(string); ok {
+			m, _ = resolve(raw, ref).(map[string]any)
+		}
+		return m
+	}
 	params := map[string][]string{"/v1/keys/get": {"tenant"}, "/v1/usage/get": {"tenant"},
-		"/v1/audit/get": {"tenant", "key_id", "resource", "limit", "before"}}
+		"/v1/audit/get": {"tenant", "key_id", "resource", "limit", "before", "cursor"}}
+	for _, list := range []string{"/v1/sandboxes/get", "/v1/snapshots/get", "/v1/images/get", "/v1/conversations/get"} {
+		params[list] = []string{"limit", "cursor"}
+	}
 	for at, want := range params {
 		path, method, _ := strings.Cut(strings.TrimPrefix(at, "/"), "/get")
 		list, _ := resolve(raw, "#/paths/~1"+esc(path)+method+"/get/parameters").([]any)
 		var got []string
 		for _, p := range list {
-			if p.(map[string]any)["in"] == "query" {
-				got = append(got, p.(map[string]any)["name"].(string))
+			if p := param(p); p["in"] == "query" {
+				got = append(got, p["name"].(string))
 			}
+		}
+		if len(want) == 2 && want[0] == "limit" {
+			got = got[max(0, len(got)-2):] // the lists' own filters come first
 		}
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("%s query parameters = %q, want %q", at, got, want)
@@ -533,7 +547,7 @@ func TestOpenAPIAccess(t *testing.T) {
 	var limit map[string]any
 	list, _ := resolve(raw, "#/paths/~1v1~1audit/get/parameters").([]any)
 	for _, p := range list {
-		if p := p.(map[string]any); p["name"] == "limit" {
+		if p := param(p); p["name"] == "limit" {
 			limit, _ = p["schema"].(map[string]any)
 		}
 	}

@@ -19,22 +19,29 @@ func (c *Client) CreateSandbox(ctx context.Context, req api.CreateSandboxRequest
 	return &sb, nil
 }
 
-// ListOptions filters ListSandboxes. Zero fields do not filter; a sandbox
-// must carry every label in Labels.
+// ListOptions filters ListSandboxes. Zero fields do not filter, except
+// that terminated sandboxes are left out unless State is terminated (them
+// alone) or IncludeTerminated is set; a sandbox must carry every label in
+// Labels.
 type ListOptions struct {
 	State  api.SandboxState
 	Name   string
 	Labels map[string]string
+	// IncludeTerminated lists terminated sandboxes too (the daemon keeps
+	// their records for serve --retain-terminated, a week by default).
+	IncludeTerminated bool
 }
 
-// ListSandboxes returns the sandboxes that match opts.
-func (c *Client) ListSandboxes(ctx context.Context, opts ListOptions) (*api.SandboxList, error) {
+func (opts ListOptions) query() url.Values {
 	q := url.Values{}
 	if opts.State != "" {
 		q.Set("state", string(opts.State))
 	}
 	if opts.Name != "" {
 		q.Set("name", opts.Name)
+	}
+	if opts.IncludeTerminated {
+		q.Set("include_terminated", "true")
 	}
 	keys := make([]string, 0, len(opts.Labels))
 	for k := range opts.Labels {
@@ -44,11 +51,25 @@ func (c *Client) ListSandboxes(ctx context.Context, opts ListOptions) (*api.Sand
 	for _, k := range keys {
 		q.Add("label", k+":"+opts.Labels[k])
 	}
-	var list api.SandboxList
-	if err := c.doJSON(ctx, http.MethodGet, "/v1/sandboxes", q, nil, &list); err != nil {
+	return q
+}
+
+// ListSandboxes returns every sandbox that matches opts, newest first: it
+// follows the list's pages to the last (ListSandboxesPage returns one).
+func (c *Client) ListSandboxes(ctx context.Context, opts ListOptions) (*api.SandboxList, error) {
+	out := &api.SandboxList{Sandboxes: []api.Sandbox{}}
+	err := c.walk(ctx, func(ctx context.Context, p Page) (string, error) {
+		list, err := c.ListSandboxesPage(ctx, opts, p)
+		if err != nil {
+			return "", err
+		}
+		out.Sandboxes = append(out.Sandboxes, list.Sandboxes...)
+		return list.NextCursor, nil
+	})
+	if err != nil {
 		return nil, err
 	}
-	return &list, nil
+	return out, nil
 }
 
 // GetSandbox returns one sandbox by id or name.

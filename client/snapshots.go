@@ -42,17 +42,22 @@ func (c *Client) Fork(ctx context.Context, sandbox string, req api.ForkRequest) 
 }
 
 // ListSnapshots returns the snapshots of one sandbox (id or name), or every
-// snapshot when sandbox is "", newest first.
+// snapshot when sandbox is "", newest first: it follows the list's pages
+// to the last (ListSnapshotsPage returns one).
 func (c *Client) ListSnapshots(ctx context.Context, sandbox string) (*api.SnapshotList, error) {
-	var q url.Values
-	if sandbox != "" {
-		q = url.Values{"sandbox": {sandbox}}
-	}
-	var list api.SnapshotList
-	if err := c.doJSON(ctx, http.MethodGet, "/v1/snapshots", q, nil, &list); err != nil {
+	out := &api.SnapshotList{Snapshots: []api.Snapshot{}}
+	err := c.walk(ctx, func(ctx context.Context, p Page) (string, error) {
+		list, err := c.ListSnapshotsPage(ctx, sandbox, p)
+		if err != nil {
+			return "", err
+		}
+		out.Snapshots = append(out.Snapshots, list.Snapshots...)
+		return list.NextCursor, nil
+	})
+	if err != nil {
 		return nil, err
 	}
-	return &list, nil
+	return out, nil
 }
 
 // GetSnapshot returns one snapshot by id (snap_…).

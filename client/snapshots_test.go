@@ -157,9 +157,9 @@ func TestSnapshotCalls(t *testing.T) {
 		"POST /v1/sandboxes/my%20box/checkpoint?",
 		"POST /v1/sandboxes/sbx_1/fork?",
 		"POST /v1/sandboxes/sbx_1/fork?",
-		"GET /v1/snapshots?",
-		"GET /v1/snapshots?sandbox=my+box",
-		"GET /v1/snapshots?sandbox=nope",
+		"GET /v1/snapshots?limit=1000",
+		"GET /v1/snapshots?limit=1000&sandbox=my+box",
+		"GET /v1/snapshots?limit=1000&sandbox=nope",
 		"GET /v1/snapshots/snap_2?",
 		"DELETE /v1/snapshots/snap_2?",
 	}

@@ -80,6 +80,10 @@ func (f *fakeBackend) ListSandboxes(_ context.Context, opts client.ListOptions) 
 	defer f.mu.Unlock()
 	out := &api.SandboxList{}
 	for _, sb := range f.sbs {
+		// As the daemon: terminated ones only when asked for.
+		if sb.State == api.StateTerminated && opts.State == "" && !opts.IncludeTerminated {
+			continue
+		}
 		if opts.State == "" || opts.State == sb.State {
 			out.Sandboxes = append(out.Sandboxes, *sb)
 		}

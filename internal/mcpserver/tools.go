@@ -286,7 +286,7 @@ func (t *tools) createSandbox(ctx context.Context, in createSandboxIn) (*mcp.Cal
 }
 
 func (t *tools) listSandboxes(ctx context.Context, in listSandboxesIn) (*mcp.CallToolResult, any, error) {
-	list, err := t.b.ListSandboxes(ctx, client.ListOptions{State: in.State, Name: in.Name, Labels: in.Labels})
+	list, err := t.b.ListSandboxes(ctx, client.ListOptions{State: in.State, Name: in.Name, Labels: in.Labels, IncludeTerminated: in.IncludeTerminated})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -161,9 +161,17 @@ export interface Usage {
   suspended_seconds: number;
 }
 
-/** SandboxList is the body of GET /v1/sandboxes. */
+/**
+ * SandboxList is the body of GET /v1/sandboxes: one page of sandboxes, newest
+ * first.
+ */
 export interface SandboxList {
   sandboxes: Sandbox[];
+  /**
+   * next_cursor, when set, is the cursor of the next page (pass it as
+   * ?cursor=); absent on the last page.
+   */
+  next_cursor?: string;
 }
 
 /** Body of POST /v1/sandboxes/{sandbox}/exec. */
@@ -403,10 +411,18 @@ export interface Snapshot {
   created_at: string;
 }
 
-/** SnapshotList is the body of GET /v1/snapshots. */
+/**
+ * SnapshotList is the body of GET /v1/snapshots: one page of snapshots,
+ * newest first.
+ */
 export interface SnapshotList {
   /** Newest first. */
   snapshots: Snapshot[];
+  /**
+   * next_cursor, when set, is the cursor of the next page (pass it as
+   * ?cursor=); absent on the last page.
+   */
+  next_cursor?: string;
 }
 
 /** Body of POST /v1/sandboxes/{sandbox}/fork. */
@@ -520,11 +536,16 @@ export interface Image {
   created_at: string;
 }
 
-/** ImageList is the body of GET /v1/images. */
+/** ImageList is the body of GET /v1/images: one page of images, by name. */
 export interface ImageList {
   images: Image[];
   /** The daemon's own images being built now. */
   building?: ImageReadiness[];
+  /**
+   * next_cursor, when set, is the cursor of the next page (pass it as
+   * ?cursor=); absent on the last page.
+   */
+  next_cursor?: string;
 }
 
 /**
@@ -801,10 +822,18 @@ export interface Conversation {
   cells?: Cell[];
 }
 
-/** ConversationList is the body of GET /v1/conversations, newest first. */
+/**
+ * ConversationList is the body of GET /v1/conversations: one page of
+ * conversations, the most recently updated first.
+ */
 export interface ConversationList {
   /** The most recently updated first, without turns and files. */
   conversations: Conversation[];
+  /**
+   * next_cursor, when set, is the cursor of the next page (pass it as
+   * ?cursor=); absent on the last page.
+   */
+  next_cursor?: string;
 }
 
 /** Body of POST /v1/conversations (optional). */
@@ -1020,10 +1049,17 @@ export interface AuditEntry {
   via?: "mcp";
 }
 
-/** AuditList is the body of GET /v1/audit, newest first. */
+/**
+ * AuditList is the body of GET /v1/audit: one page of entries, newest first.
+ */
 export interface AuditList {
   /** Newest first. */
   entries: AuditEntry[];
+  /**
+   * next_cursor, when set, is the cursor of the next page (pass it as
+   * ?cursor=); absent on the last page.
+   */
+  next_cursor?: string;
 }
 
 /**

@@ -206,10 +206,18 @@ class Usage(TypedDict):
     suspended_seconds: float
 
 
-class SandboxList(TypedDict):
-    """SandboxList is the body of GET /v1/sandboxes."""
-
+class _SandboxListRequired(TypedDict):
     sandboxes: List[Sandbox]
+
+
+class SandboxList(_SandboxListRequired, total=False):
+    """SandboxList is the body of GET /v1/sandboxes: one page of sandboxes,
+    newest first.
+    """
+
+    #: next_cursor, when set, is the cursor of the next page (pass it as
+    #: ?cursor=); absent on the last page.
+    next_cursor: str
 
 
 class _ExecRequestRequired(TypedDict):
@@ -461,11 +469,19 @@ class Snapshot(_SnapshotRequired, total=False):
     parent_id: str
 
 
-class SnapshotList(TypedDict):
-    """SnapshotList is the body of GET /v1/snapshots."""
-
+class _SnapshotListRequired(TypedDict):
     #: Newest first.
     snapshots: List[Snapshot]
+
+
+class SnapshotList(_SnapshotListRequired, total=False):
+    """SnapshotList is the body of GET /v1/snapshots: one page of snapshots,
+    newest first.
+    """
+
+    #: next_cursor, when set, is the cursor of the next page (pass it as
+    #: ?cursor=); absent on the last page.
+    next_cursor: str
 
 
 class _ForkRequestRequired(TypedDict):
@@ -589,10 +605,13 @@ class _ImageListRequired(TypedDict):
 
 
 class ImageList(_ImageListRequired, total=False):
-    """ImageList is the body of GET /v1/images."""
+    """ImageList is the body of GET /v1/images: one page of images, by name."""
 
     #: The daemon's own images being built now.
     building: List[ImageReadiness]
+    #: next_cursor, when set, is the cursor of the next page (pass it as
+    #: ?cursor=); absent on the last page.
+    next_cursor: str
 
 
 class _RecipeRequired(TypedDict):
@@ -881,11 +900,19 @@ class Conversation(_ConversationRequired, total=False):
     cells: List[Cell]
 
 
-class ConversationList(TypedDict):
-    """ConversationList is the body of GET /v1/conversations, newest first."""
-
+class _ConversationListRequired(TypedDict):
     #: The most recently updated first, without turns and files.
     conversations: List[Conversation]
+
+
+class ConversationList(_ConversationListRequired, total=False):
+    """ConversationList is the body of GET /v1/conversations: one page of
+    conversations, the most recently updated first.
+    """
+
+    #: next_cursor, when set, is the cursor of the next page (pass it as
+    #: ?cursor=); absent on the last page.
+    next_cursor: str
 
 
 class CreateConversationRequest(TypedDict, total=False):
@@ -1110,11 +1137,19 @@ class AuditEntry(_AuditEntryRequired, total=False):
     via: Literal["mcp"]
 
 
-class AuditList(TypedDict):
-    """AuditList is the body of GET /v1/audit, newest first."""
-
+class _AuditListRequired(TypedDict):
     #: Newest first.
     entries: List[AuditEntry]
+
+
+class AuditList(_AuditListRequired, total=False):
+    """AuditList is the body of GET /v1/audit: one page of entries, newest
+    first.
+    """
+
+    #: next_cursor, when set, is the cursor of the next page (pass it as
+    #: ?cursor=); absent on the last page.
+    next_cursor: str
 
 
 class PortList(TypedDict):
