@@ -29,9 +29,10 @@ import (
 
 // clientFlags are the root's persistent flags that every client command uses.
 var clientFlags struct {
-	url    string
-	apiKey string
-	json   bool
+	url      string
+	apiKey   string
+	json     bool
+	pageSize int
 }
 
 // addClientFlags adds --url, --api-key and --json to root.
@@ -45,6 +46,8 @@ func addClientFlags(root *cobra.Command) {
 	// The key's value is never shown as a default in --help.
 	pf.StringVar(&clientFlags.apiKey, "api-key", "", "API key for the daemon (default $"+client.EnvAPIKey+")")
 	pf.BoolVar(&clientFlags.json, "json", false, "print results as JSON")
+	pf.IntVar(&clientFlags.pageSize, "page-size", 0,
+		"items per request when a command lists (ls, snapshots, image ls, …), 1 to 1000 (default 1000); every page is listed whatever the size")
 }
 
 // clientCmds returns the commands that talk to a daemon.
@@ -60,7 +63,7 @@ func newClient() *client.Client {
 	if key == "" {
 		key = os.Getenv(client.EnvAPIKey)
 	}
-	return client.New(clientFlags.url, client.WithAPIKey(key))
+	return client.New(clientFlags.url, client.WithAPIKey(key), client.WithPageLimit(clientFlags.pageSize))
 }
 
 // run adapts a client command: it gives fn a context that Ctrl-C and SIGTERM

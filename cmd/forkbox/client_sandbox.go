@@ -156,10 +156,13 @@ func lsCmd() *cobra.Command {
 		Use:     "ls",
 		Aliases: []string{"list"},
 		Short:   "List sandboxes",
-		Long: `List the sandboxes that are in use: terminated sandboxes and the ready
-sandboxes of warm pools (not handed out yet) are hidden, and counted at the
-end; --all lists them too. --state lists the sandboxes in that state,
-terminated ones included. --json prints the same selection.`,
+		Long: `List the sandboxes that are in use, newest first: terminated sandboxes and
+the ready sandboxes of warm pools (not handed out yet) are hidden, and said
+so at the end; --all lists them too (the daemon keeps terminated sandboxes'
+records for serve --retain-terminated, a week by default). --state lists the
+sandboxes in that state, terminated ones included. --json prints the same
+selection. The daemon answers lists by pages; ls asks for every page
+(--page-size sets how many sandboxes a request asks for).`,
 		Example: `  forkbox ls
   forkbox ls --all
   forkbox ls --state running --label team=data`,
@@ -178,6 +181,7 @@ terminated ones included. --json prints the same selection.`,
 				}
 				opts.Labels[k] = v
 			}
+			opts.IncludeTerminated = all
 			list, err := c.ListSandboxes(ctx, opts)
 			if err != nil {
 				return err
@@ -185,6 +189,17 @@ terminated ones included. --json prints the same selection.`,
 			shown, hidden := list.Sandboxes, hiddenCount{}
 			if !all {
 				shown, hidden = visibleSandboxes(list.Sandboxes, opts.State)
+				if opts.State == "" {
+					// The daemon left the terminated ones out: one
+					// item of theirs says whether there are any.
+					term := opts
+					term.State = api.StateTerminated
+					ended, err := c.ListSandboxesPage(ctx, term, client.Page{Limit: 1})
+					if err != nil {
+						return err
+					}
+					hidden.terminated = hidden.terminated || len(ended.Sandboxes) > 0
+				}
 			}
 			if clientFlags.json {
 				return printJSON(cmd.OutOrStdout(), api.SandboxList{Sandboxes: append([]api.Sandbox{}, shown...)})
@@ -214,13 +229,18 @@ func poolMember(sb api.Sandbox) string {
 	return sb.Labels[sandbox.PoolLabel]
 }
 
-// hiddenCount is what forkbox ls leaves out without --all.
-type hiddenCount struct{ terminated, pooled int }
+// hiddenCount is what forkbox ls leaves out without --all: terminated
+// sandboxes (whether there are any: the daemon leaves them out, and ls
+// does not count them) and the ready members of warm pools.
+type hiddenCount struct {
+	terminated bool
+	pooled     int
+}
 
 func (h hiddenCount) String() string {
 	var parts []string
-	if h.terminated > 0 {
-		parts = append(parts, fmt.Sprintf("%d terminated", h.terminated))
+	if h.terminated {
+		parts = append(parts, "terminated sandboxes")
 	}
 	if h.pooled > 0 {
 		parts = append(parts, fmt.Sprintf("%d ready in warm pools", h.pooled))
@@ -241,7 +261,7 @@ func visibleSandboxes(sbs []api.Sandbox, state api.SandboxState) ([]api.Sandbox,
 	for _, sb := range sbs {
 		switch {
 		case sb.State == api.StateTerminated && state != api.StateTerminated:
-			hidden.terminated++
+			hidden.terminated = true
 		case poolMember(sb) != "" && sb.State != api.StateTerminated:
 			hidden.pooled++
 		default:

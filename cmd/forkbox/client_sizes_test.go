@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -140,8 +141,8 @@ func TestCLICreateHelpDefaults(t *testing.T) {
 	}
 }
 
-// ls hides terminated sandboxes and unclaimed pool members unless --all,
-// and says how many it hid.
+// ls hides terminated sandboxes (the daemon leaves them out) and unclaimed
+// pool members unless --all, and says what it hid.
 func TestCLIListHides(t *testing.T) {
 	d, url := newFakeDaemon(t)
 	cli(t, url, "", "create", "--name", "box")                                                           // sbx_1
@@ -155,7 +156,7 @@ func TestCLIListHides(t *testing.T) {
 
 	out, errOut, err := cli(t, url, "", "ls")
 	want := "ID NAME STATE IMAGE CPUS MEM AGE\nsbx_1 box running python 1 1 GiB 1m\nsbx_4 taken running python 1 1 GiB 1m"
-	if err != nil || fields(out) != want || errOut != "3 terminated and 1 ready in warm pools hidden; --all shows them\n" {
+	if err != nil || fields(out) != want || errOut != "terminated sandboxes and 1 ready in warm pools hidden; --all shows them\n" {
 		t.Errorf("ls: %v\n%s\nstderr %q", err, out, errOut)
 	}
 	out, errOut, err = cli(t, url, "", "ls", "--all")
@@ -192,6 +193,39 @@ func TestCLIListHides(t *testing.T) {
 	cli(t, url, "", "create")
 	if _, errOut, err := cli(t, url, "", "ls"); err != nil || errOut != "" {
 		t.Errorf("nothing hidden: %v stderr %q", err, errOut)
+	}
+}
+
+// ls asks for every page of the daemon's list, --page-size sandboxes at a
+// time, and prints them all once, in order.
+func TestCLIListWalksPages(t *testing.T) {
+	d, url := newFakeDaemon(t)
+	var want []string
+	for i := 1; i <= 7; i++ {
+		cli(t, url, "", "create")
+		want = append(want, fmt.Sprintf("sbx_%d", i))
+	}
+	d.mu.Lock()
+	d.pages = 0
+	d.mu.Unlock()
+	out, errOut, err := cli(t, url, "", "--page-size", "2", "ls", "--all")
+	var got []string
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n")[1:] {
+		got = append(got, strings.Fields(l)[0])
+	}
+	if err != nil || errOut != "" || strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("ls --all by pages of 2: %v\n%s\nstderr %q", err, out, errOut)
+	}
+	d.mu.Lock()
+	pages := d.pages
+	d.mu.Unlock()
+	if pages != 4 {
+		t.Errorf("ls --all by pages of 2 asked %d times, want 4", pages)
+	}
+	out, _, err = cli(t, url, "", "--json", "--page-size", "3", "ls")
+	var list api.SandboxList
+	if err != nil || json.Unmarshal([]byte(out), &list) != nil || len(list.Sandboxes) != 7 || list.NextCursor != "" {
+		t.Errorf("ls --json by pages of 3: %v\n%s", err, out)
 	}
 }
 

@@ -168,7 +168,7 @@ func listSnapshots(ctx context.Context, c *client.Client, cmd *cobra.Command, ar
 	}
 	// The sandboxes name the snapshots' sources and say which were
 	// restored from each.
-	sbs, err := c.ListSandboxes(ctx, client.ListOptions{})
+	sbs, err := c.ListSandboxes(ctx, client.ListOptions{IncludeTerminated: true})
 	if err != nil {
 		return fmt.Errorf("list sandboxes for the tree (--flat needs none): %w", err)
 	}

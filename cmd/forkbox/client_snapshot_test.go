@@ -310,7 +310,7 @@ func TestCLISnapshots(t *testing.T) {
 			t.Errorf("%q printed:\n%s", args, out)
 		}
 	}
-	if q := d.lastReq["query"]; q != "" {
+	if q := d.lastReq["query"]; q != "limit=1000" {
 		t.Errorf("snapshots query = %q", q)
 	}
 
@@ -318,7 +318,7 @@ func TestCLISnapshots(t *testing.T) {
 	if lines := strings.Split(strings.TrimSpace(out), "\n"); err != nil || len(lines) != 3 || !strings.HasPrefix(lines[1], "snap_2 ") {
 		t.Errorf("snapshots box: %v\n%s", err, out)
 	}
-	if q := d.lastReq["query"]; q != "sandbox=box" {
+	if q := d.lastReq["query"]; q != "limit=1000&sandbox=box" {
 		t.Errorf("snapshots box query = %q", q)
 	}
 	out, _, err = cli(t, url, "", "--json", "snapshots", "box")

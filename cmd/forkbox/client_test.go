@@ -10,8 +10,10 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -35,6 +37,7 @@ type fakeDaemon struct {
 	snapshots []*api.Snapshot           // in creation order
 	snapOpts  fakeSnapOpts
 	pools     []*api.Pool // in creation order
+	pages     int         // GET /v1/sandboxes requests
 }
 
 func newFakeDaemon(t *testing.T) (*fakeDaemon, string) {
@@ -138,13 +141,46 @@ func (d *fakeDaemon) create(w http.ResponseWriter, r *http.Request) {
 	reply(w, 201, sb)
 }
 
+// list pages as the daemon does: limit (default 100) sandboxes after the
+// cursor ("after-<id>"), terminated ones only with state=terminated or
+// include_terminated=true. Other filters are not applied. lastReq's query
+// leaves limit and cursor out; d.pages counts the requests.
 func (d *fakeDaemon) list(w http.ResponseWriter, r *http.Request) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.lastReq = map[string]any{"query": r.URL.RawQuery}
+	q := r.URL.Query()
+	d.pages++
+	limit, _ := strconv.Atoi(q.Get("limit"))
+	if limit == 0 {
+		limit = 100
+	}
+	after := strings.TrimPrefix(q.Get("cursor"), "after-")
+	state := api.SandboxState(q.Get("state"))
+	all := q.Get("include_terminated") == "true"
+	rest := url.Values{}
+	for k, v := range q {
+		if k != "limit" && k != "cursor" {
+			rest[k] = v
+		}
+	}
+	d.lastReq = map[string]any{"query": rest.Encode()}
 	list := api.SandboxList{Sandboxes: []api.Sandbox{}}
 	for i := 1; i <= len(d.sandboxes); i++ {
-		list.Sandboxes = append(list.Sandboxes, *d.sandboxes[fmt.Sprintf("sbx_%d", i)])
+		sb := d.sandboxes[fmt.Sprintf("sbx_%d", i)]
+		if after != "" {
+			if sb.ID == after {
+				after = ""
+			}
+			continue
+		}
+		if (state != "" && sb.State != state) || (state == "" && !all && sb.State == api.StateTerminated) {
+			continue
+		}
+		if len(list.Sandboxes) == limit {
+			list.NextCursor = "after-" + list.Sandboxes[limit-1].ID
+			break
+		}
+		list.Sandboxes = append(list.Sandboxes, *sb)
 	}
 	reply(w, 200, list)
 }
