@@ -32,9 +32,9 @@ export declare class ForkboxClient {
     createSandbox(opts?: Omit<SandboxCreateOptions, keyof ConnectionOptions>): Promise<Sandbox>;
     /** Connects to a sandbox by name or id. */
     connect(nameOrId: string, opts?: CallOptions): Promise<Sandbox>;
-    /** Lists sandboxes. */
+    /** Lists sandboxes, newest first (terminated ones only when asked for): every page of the daemon's list. */
     listSandboxes(opts?: Omit<SandboxListOptions, keyof ConnectionOptions>): Promise<SandboxInfo[]>;
-    /** Lists snapshots, newest first: every one, or those of one sandbox. */
+    /** Lists snapshots, newest first: every one, or those of one sandbox; every page of the daemon's list. */
     listSnapshots(opts?: CallOptions & {
         sandbox?: string;
     }): Promise<Snapshot[]>;

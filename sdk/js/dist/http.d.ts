@@ -9,6 +9,12 @@ import { errorFromEventData } from "./errors.js";
 import { type SSEEvent } from "./sse.js";
 /** The daemon address used when none is configured. */
 export declare const DEFAULT_URL = "http://127.0.0.1:8080";
+/**
+ * How many items a list call asks the daemon for per page: the most it
+ * gives. The daemon's lists are paged (limit and cursor; next_cursor in the
+ * answer) and the SDK's list calls follow them to the last page.
+ */
+export declare const PAGE_SIZE = 1000;
 /** SDK version, sent in the User-Agent header. */
 export declare const VERSION = "0.1.0";
 /** Where the daemon is and how to reach it. */
@@ -62,6 +68,16 @@ export declare class Transport {
      * call rejects with the signal's reason.
      */
     send(spec: RequestSpec): Promise<Response>;
+    /**
+     * Every item of one of the daemon's paged lists (GET spec.path, the items
+     * under `items`): asks for PAGE_SIZE at a time and follows `next_cursor`
+     * to the last page. Also returns the first page's document, for what only
+     * it carries.
+     */
+    listAll<T>(spec: RequestSpec, items: string): Promise<{
+        items: T[];
+        first: Record<string, unknown>;
+    }>;
     /** Sends a request and decodes its JSON answer (undefined for an empty one). */
     json<T>(spec: RequestSpec): Promise<T>;
     /**

@@ -9,6 +9,14 @@ import { ConnectionError, errorFromEventData, errorFromResponse, ForkboxError, I
 import { readSSE } from "./sse.js";
 /** The daemon address used when none is configured. */
 export const DEFAULT_URL = "http://127.0.0.1:8080";
+/**
+ * How many items a list call asks the daemon for per page: the most it
+ * gives. The daemon's lists are paged (limit and cursor; next_cursor in the
+ * answer) and the SDK's list calls follow them to the last page.
+ */
+export const PAGE_SIZE = 1000;
+/** A list that has not ended after this many pages is an error, not a loop. */
+const MAX_PAGES = 100000;
 /** SDK version, sent in the User-Agent header. */
 export const VERSION = "0.1.0";
 function env(name) {
@@ -100,6 +108,30 @@ export class Transport {
             throw errorFromResponse(resp.status, resp.statusText, text.slice(0, 64 << 10));
         }
         return resp;
+    }
+    /**
+     * Every item of one of the daemon's paged lists (GET spec.path, the items
+     * under `items`): asks for PAGE_SIZE at a time and follows `next_cursor`
+     * to the last page. Also returns the first page's document, for what only
+     * it carries.
+     */
+    async listAll(spec, items) {
+        const query = { ...(spec.query ?? {}), limit: PAGE_SIZE };
+        const out = [];
+        let first;
+        for (let n = 0; n < MAX_PAGES; n++) {
+            const doc = (await this.json({ ...spec, method: "GET", query })) ?? {};
+            first ??= doc;
+            out.push(...(doc[items] ?? []));
+            const next = typeof doc.next_cursor === "string" ? doc.next_cursor : "";
+            if (!next)
+                return { items: out, first };
+            if (next === query.cursor) {
+                throw new InternalError("internal", 0, `GET ${spec.path} answered the cursor it was sent as the next page's: the list cannot go on`);
+            }
+            query.cursor = next;
+        }
+        throw new InternalError("internal", 0, `GET ${spec.path} did not end after ${MAX_PAGES} pages`);
     }
     /** Sends a request and decodes its JSON answer (undefined for an empty one). */
     async json(spec) {

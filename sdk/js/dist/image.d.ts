@@ -83,7 +83,7 @@ export declare class Image {
      * The build context (the files of copy steps) is held in memory.
      */
     build(opts?: BuildOptions): Promise<ImageInfo>;
-    /** Lists the daemon's images. */
+    /** Lists the daemon's images, by name: every page of its list. */
     static list(opts?: ConnectionOptions & CallOptions): Promise<ImageInfo[]>;
     /** Returns one image by name. */
     static get(name: string, opts?: ConnectionOptions & CallOptions): Promise<ImageInfo>;

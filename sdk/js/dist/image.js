@@ -115,10 +115,10 @@ export class Image {
         entries.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
         return buildRecipe(recipe, entries.length ? tar(entries) : undefined, opts);
     }
-    /** Lists the daemon's images. */
+    /** Lists the daemon's images, by name: every page of its list. */
     static async list(opts = {}) {
-        const w = await new Transport(opts).json({ method: "GET", path: "/v1/images", signal: opts.signal });
-        return (w.images ?? []).map(toImageInfo);
+        const { items } = await new Transport(opts).listAll({ method: "GET", path: "/v1/images", signal: opts.signal }, "images");
+        return items.map(toImageInfo);
     }
     /** Returns one image by name. */
     static async get(name, opts = {}) {

@@ -21,7 +21,7 @@
  */
 export { ForkboxClient, type CreatePoolOptions } from "./client.js";
 export { AuthenticationError, BusyError, codeForStatus, ConflictError, ConnectionError, errorFromResponse, FailedPreconditionError, ForkboxError, InsufficientStorageError, InternalError, InvalidArgumentError, NotFoundError, PermissionDeniedError, ResourceExhaustedError, TimeoutError, TooLargeError, UnavailableError, type ErrorCode, } from "./errors.js";
-export { DEFAULT_URL, Transport, VERSION, type CallOptions, type ConnectionOptions, type RequestBody } from "./http.js";
+export { DEFAULT_URL, PAGE_SIZE, Transport, VERSION, type CallOptions, type ConnectionOptions, type RequestBody } from "./http.js";
 export { buildRecipe, DEFAULT_BASE_IMAGE, Image, type BuildOptions, type Recipe, type RecipeStep } from "./image.js";
 export { Files, Sandbox, type CheckpointOptions, type CreateContextOptions, type FileData, type ForkedSandboxes, type ForkOptions, type RemoveOptions, type RunCodeOptions, type RunOptions, type SandboxCreateOptions, type SandboxListOptions, type WriteOptions, } from "./sandbox.js";
 export { readSSE, SSEParser, type SSEEvent } from "./sse.js";

@@ -21,7 +21,7 @@
  */
 export { ForkboxClient } from "./client.js";
 export { AuthenticationError, BusyError, codeForStatus, ConflictError, ConnectionError, errorFromResponse, FailedPreconditionError, ForkboxError, InsufficientStorageError, InternalError, InvalidArgumentError, NotFoundError, PermissionDeniedError, ResourceExhaustedError, TimeoutError, TooLargeError, UnavailableError, } from "./errors.js";
-export { DEFAULT_URL, Transport, VERSION } from "./http.js";
+export { DEFAULT_URL, PAGE_SIZE, Transport, VERSION } from "./http.js";
 export { buildRecipe, DEFAULT_BASE_IMAGE, Image } from "./image.js";
 export { Files, Sandbox, } from "./sandbox.js";
 export { readSSE, SSEParser } from "./sse.js";

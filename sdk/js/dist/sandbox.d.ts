@@ -67,6 +67,8 @@ export interface SandboxListOptions extends ConnectionOptions, CallOptions {
     name?: string;
     /** A sandbox must carry every one of these labels. */
     labels?: Record<string, string>;
+    /** List terminated sandboxes too (without it they are left out, unless state is "terminated"). */
+    includeTerminated?: boolean;
 }
 /** Options of {@link Sandbox.run}. */
 export interface RunOptions extends CallOptions {
@@ -170,7 +172,11 @@ export declare class Sandbox implements AsyncDisposable {
      * needs it running). An unknown one is a NotFoundError.
      */
     static connect(nameOrId: string, opts?: ConnectionOptions & CallOptions): Promise<Sandbox>;
-    /** Lists sandboxes (terminated ones too, unless filtered by state). */
+    /**
+     * Lists sandboxes, newest first: every page of the daemon's list.
+     * Terminated ones are left out unless `state` is "terminated" (them
+     * alone) or `includeTerminated` is set.
+     */
     static list(opts?: SandboxListOptions): Promise<SandboxInfo[]>;
     private path;
     private setInfo;

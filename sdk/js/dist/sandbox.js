@@ -108,19 +108,28 @@ export class Sandbox {
         const w = await t.json({ method: "GET", path: sandboxPath(nameOrId), signal: opts.signal });
         return new Sandbox(t, toSandboxInfo(w));
     }
-    /** Lists sandboxes (terminated ones too, unless filtered by state). */
+    /**
+     * Lists sandboxes, newest first: every page of the daemon's list.
+     * Terminated ones are left out unless `state` is "terminated" (them
+     * alone) or `includeTerminated` is set.
+     */
     static async list(opts = {}) {
         const t = new Transport(opts);
         const labels = Object.entries(opts.labels ?? {})
             .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
             .map(([k, v]) => `${k}:${v}`);
-        const w = await t.json({
+        const { items } = await t.listAll({
             method: "GET",
             path: "/v1/sandboxes",
-            query: { state: opts.state || undefined, name: opts.name || undefined, label: labels.length ? labels : undefined },
+            query: {
+                state: opts.state || undefined,
+                name: opts.name || undefined,
+                include_terminated: opts.includeTerminated ? "true" : undefined,
+                label: labels.length ? labels : undefined,
+            },
             signal: opts.signal,
-        });
-        return (w.sandboxes ?? []).map(toSandboxInfo);
+        }, "sandboxes");
+        return items.map(toSandboxInfo);
     }
     path(suffix = "") {
         return sandboxPath(this.id, suffix);

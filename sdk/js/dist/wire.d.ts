@@ -154,9 +154,17 @@ export interface Usage {
     /** Seconds spent suspended since creation. */
     suspended_seconds: number;
 }
-/** SandboxList is the body of GET /v1/sandboxes. */
+/**
+ * SandboxList is the body of GET /v1/sandboxes: one page of sandboxes, newest
+ * first.
+ */
 export interface SandboxList {
     sandboxes: Sandbox[];
+    /**
+     * next_cursor, when set, is the cursor of the next page (pass it as
+     * ?cursor=); absent on the last page.
+     */
+    next_cursor?: string;
 }
 /** Body of POST /v1/sandboxes/{sandbox}/exec. */
 export interface ExecRequest {
@@ -379,10 +387,18 @@ export interface Snapshot {
     paused_ms: number;
     created_at: string;
 }
-/** SnapshotList is the body of GET /v1/snapshots. */
+/**
+ * SnapshotList is the body of GET /v1/snapshots: one page of snapshots,
+ * newest first.
+ */
 export interface SnapshotList {
     /** Newest first. */
     snapshots: Snapshot[];
+    /**
+     * next_cursor, when set, is the cursor of the next page (pass it as
+     * ?cursor=); absent on the last page.
+     */
+    next_cursor?: string;
 }
 /** Body of POST /v1/sandboxes/{sandbox}/fork. */
 export interface ForkRequest {
@@ -488,11 +504,16 @@ export interface Image {
     size_bytes: number;
     created_at: string;
 }
-/** ImageList is the body of GET /v1/images. */
+/** ImageList is the body of GET /v1/images: one page of images, by name. */
 export interface ImageList {
     images: Image[];
     /** The daemon's own images being built now. */
     building?: ImageReadiness[];
+    /**
+     * next_cursor, when set, is the cursor of the next page (pass it as
+     * ?cursor=); absent on the last page.
+     */
+    next_cursor?: string;
 }
 /**
  * How an image is built: a base, then steps in order. Each run or copy step
@@ -752,10 +773,18 @@ export interface Conversation {
      */
     cells?: Cell[];
 }
-/** ConversationList is the body of GET /v1/conversations, newest first. */
+/**
+ * ConversationList is the body of GET /v1/conversations: one page of
+ * conversations, the most recently updated first.
+ */
 export interface ConversationList {
     /** The most recently updated first, without turns and files. */
     conversations: Conversation[];
+    /**
+     * next_cursor, when set, is the cursor of the next page (pass it as
+     * ?cursor=); absent on the last page.
+     */
+    next_cursor?: string;
 }
 /** Body of POST /v1/conversations (optional). */
 export interface CreateConversationRequest {
@@ -956,10 +985,17 @@ export interface AuditEntry {
     /** `mcp` for calls an MCP tool made on the caller's behalf. */
     via?: "mcp";
 }
-/** AuditList is the body of GET /v1/audit, newest first. */
+/**
+ * AuditList is the body of GET /v1/audit: one page of entries, newest first.
+ */
 export interface AuditList {
     /** Newest first. */
     entries: AuditEntry[];
+    /**
+     * next_cursor, when set, is the cursor of the next page (pass it as
+     * ?cursor=); absent on the last page.
+     */
+    next_cursor?: string;
 }
 /**
  * The ports listening in the sandbox now (its Jupyter kernels' left out; a

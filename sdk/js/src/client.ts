@@ -55,15 +55,18 @@ export class ForkboxClient {
     return Sandbox.connect(nameOrId, { ...opts, ...this.opts });
   }
 
-  /** Lists sandboxes. */
+  /** Lists sandboxes, newest first (terminated ones only when asked for): every page of the daemon's list. */
   listSandboxes(opts: Omit<SandboxListOptions, keyof ConnectionOptions> = {}): Promise<SandboxInfo[]> {
     return Sandbox.list({ ...opts, ...this.opts });
   }
 
-  /** Lists snapshots, newest first: every one, or those of one sandbox. */
+  /** Lists snapshots, newest first: every one, or those of one sandbox; every page of the daemon's list. */
   async listSnapshots(opts: CallOptions & { sandbox?: string } = {}): Promise<Snapshot[]> {
-    const w = await this.transport.json<Wire>({ method: "GET", path: "/v1/snapshots", query: { sandbox: opts.sandbox || undefined }, signal: opts.signal });
-    return (w.snapshots ?? []).map(toSnapshot);
+    const { items } = await this.transport.listAll<Wire>(
+      { method: "GET", path: "/v1/snapshots", query: { sandbox: opts.sandbox || undefined }, signal: opts.signal },
+      "snapshots",
+    );
+    return items.map(toSnapshot);
   }
 
   /** Returns one snapshot by id. */

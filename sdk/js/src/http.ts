@@ -12,6 +12,16 @@ import { readSSE, type SSEEvent } from "./sse.js";
 /** The daemon address used when none is configured. */
 export const DEFAULT_URL = "http://127.0.0.1:8080";
 
+/**
+ * How many items a list call asks the daemon for per page: the most it
+ * gives. The daemon's lists are paged (limit and cursor; next_cursor in the
+ * answer) and the SDK's list calls follow them to the last page.
+ */
+export const PAGE_SIZE = 1000;
+
+/** A list that has not ended after this many pages is an error, not a loop. */
+const MAX_PAGES = 100000;
+
 /** SDK version, sent in the User-Agent header. */
 export const VERSION = "0.1.0";
 
@@ -134,6 +144,30 @@ export class Transport {
       throw errorFromResponse(resp.status, resp.statusText, text.slice(0, 64 << 10));
     }
     return resp;
+  }
+
+  /**
+   * Every item of one of the daemon's paged lists (GET spec.path, the items
+   * under `items`): asks for PAGE_SIZE at a time and follows `next_cursor`
+   * to the last page. Also returns the first page's document, for what only
+   * it carries.
+   */
+  async listAll<T>(spec: RequestSpec, items: string): Promise<{ items: T[]; first: Record<string, unknown> }> {
+    const query: Query = { ...(spec.query ?? {}), limit: PAGE_SIZE };
+    const out: T[] = [];
+    let first: Record<string, unknown> | undefined;
+    for (let n = 0; n < MAX_PAGES; n++) {
+      const doc = (await this.json<Record<string, unknown>>({ ...spec, method: "GET", query })) ?? {};
+      first ??= doc;
+      out.push(...(((doc[items] as T[] | undefined) ?? []) as T[]));
+      const next = typeof doc.next_cursor === "string" ? doc.next_cursor : "";
+      if (!next) return { items: out, first };
+      if (next === query.cursor) {
+        throw new InternalError("internal", 0, `GET ${spec.path} answered the cursor it was sent as the next page's: the list cannot go on`);
+      }
+      query.cursor = next;
+    }
+    throw new InternalError("internal", 0, `GET ${spec.path} did not end after ${MAX_PAGES} pages`);
   }
 
   /** Sends a request and decodes its JSON answer (undefined for an empty one). */

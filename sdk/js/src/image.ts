@@ -150,10 +150,10 @@ export class Image {
     return buildRecipe(recipe, entries.length ? tar(entries) : undefined, opts);
   }
 
-  /** Lists the daemon's images. */
+  /** Lists the daemon's images, by name: every page of its list. */
   static async list(opts: ConnectionOptions & CallOptions = {}): Promise<ImageInfo[]> {
-    const w = await new Transport(opts).json<Wire>({ method: "GET", path: "/v1/images", signal: opts.signal });
-    return (w.images ?? []).map(toImageInfo);
+    const { items } = await new Transport(opts).listAll<Wire>({ method: "GET", path: "/v1/images", signal: opts.signal }, "images");
+    return items.map(toImageInfo);
   }
 
   /** Returns one image by name. */

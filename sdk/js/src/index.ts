@@ -41,7 +41,7 @@ export {
   UnavailableError,
   type ErrorCode,
 } from "./errors.js";
-export { DEFAULT_URL, Transport, VERSION, type CallOptions, type ConnectionOptions, type RequestBody } from "./http.js";
+export { DEFAULT_URL, PAGE_SIZE, Transport, VERSION, type CallOptions, type ConnectionOptions, type RequestBody } from "./http.js";
 export { buildRecipe, DEFAULT_BASE_IMAGE, Image, type BuildOptions, type Recipe, type RecipeStep } from "./image.js";
 export {
   Files,

@@ -103,6 +103,8 @@ export interface SandboxListOptions extends ConnectionOptions, CallOptions {
   name?: string;
   /** A sandbox must carry every one of these labels. */
   labels?: Record<string, string>;
+  /** List terminated sandboxes too (without it they are left out, unless state is "terminated"). */
+  includeTerminated?: boolean;
 }
 
 /** Options of {@link Sandbox.run}. */
@@ -273,19 +275,31 @@ export class Sandbox implements AsyncDisposable {
     return new Sandbox(t, toSandboxInfo(w));
   }
 
-  /** Lists sandboxes (terminated ones too, unless filtered by state). */
+  /**
+   * Lists sandboxes, newest first: every page of the daemon's list.
+   * Terminated ones are left out unless `state` is "terminated" (them
+   * alone) or `includeTerminated` is set.
+   */
   static async list(opts: SandboxListOptions = {}): Promise<SandboxInfo[]> {
     const t = new Transport(opts);
     const labels = Object.entries(opts.labels ?? {})
       .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
       .map(([k, v]) => `${k}:${v}`);
-    const w = await t.json<Wire>({
-      method: "GET",
-      path: "/v1/sandboxes",
-      query: { state: opts.state || undefined, name: opts.name || undefined, label: labels.length ? labels : undefined },
-      signal: opts.signal,
-    });
-    return (w.sandboxes ?? []).map(toSandboxInfo);
+    const { items } = await t.listAll<Wire>(
+      {
+        method: "GET",
+        path: "/v1/sandboxes",
+        query: {
+          state: opts.state || undefined,
+          name: opts.name || undefined,
+          include_terminated: opts.includeTerminated ? "true" : undefined,
+          label: labels.length ? labels : undefined,
+        },
+        signal: opts.signal,
+      },
+      "sandboxes",
+    );
+    return items.map(toSandboxInfo);
   }
 
   private path(suffix = ""): string {

@@ -16,8 +16,10 @@ import {
   Execution,
   ForkboxClient,
   Image,
+  InternalError,
   InvalidArgumentError,
   NotFoundError,
+  PAGE_SIZE,
   Sandbox,
   UnavailableError,
   ConflictError,
@@ -293,6 +295,67 @@ describe("connection", () => {
     assert.equal(clustered.state, "lost");
     assert.equal("node" in single, false);
     assert.equal("suspendOnIdle" in single, false);
+  });
+});
+
+// paged answers as the daemon pages: `size` items a page whatever the limit
+// asked (a daemon may give fewer), after the cursor "at-<i>", with
+// next_cursor while more follow; `extra` on the first page only.
+function paged(key, items, size, extra = {}) {
+  return (rec, res) => {
+    const c = rec.query.get("cursor");
+    const start = c ? Number(c.slice(3)) + 1 : 0;
+    const end = Math.min(start + size, items.length);
+    const doc = { [key]: items.slice(start, end), ...(start === 0 ? extra : {}) };
+    if (end < items.length) doc.next_cursor = `at-${end - 1}`;
+    json(res, 200, doc);
+  };
+}
+
+describe("lists follow the daemon's pages", () => {
+  test("Sandbox.list asks for every page, with its filters on each", async () => {
+    const sbs = Array.from({ length: 7 }, (_, i) => ({ ...SBX, id: `sbx_${i}` }));
+    route("GET /v1/sandboxes", paged("sandboxes", sbs, 3));
+    const list = await Sandbox.list({ apiUrl: url, state: "running", includeTerminated: true, labels: { a: "1" } });
+    assert.deepEqual(list.map((s) => s.id), sbs.map((s) => s.id));
+    assert.deepEqual(requests.map((r) => r.query.get("cursor")), [null, "at-2", "at-5"]);
+    for (const r of requests) {
+      assert.equal(r.query.get("limit"), String(PAGE_SIZE));
+      assert.equal(r.query.get("state"), "running");
+      assert.equal(r.query.get("include_terminated"), "true");
+      assert.deepEqual(r.query.getAll("label"), ["a:1"]);
+    }
+    requests = [];
+    await Sandbox.list({ apiUrl: url });
+    assert.equal(requests[0].query.has("include_terminated"), false);
+  });
+
+  test("snapshots and images walk every page; one page is one request", async () => {
+    const snaps = Array.from({ length: 5 }, (_, i) => ({ ...SNAP, id: `snap_${i}` }));
+    route("GET /v1/snapshots", paged("snapshots", snaps, 2));
+    const c = new ForkboxClient({ apiUrl: url });
+    assert.deepEqual((await c.listSnapshots()).map((s) => s.snapshotId), snaps.map((s) => s.id));
+    assert.equal(requests.length, 3);
+    const imgs = Array.from({ length: 4 }, (_, i) => ({ name: `img-${i}`, id: "sha256:x", layers: [], size_bytes: 1, created_at: "2026-01-01T00:00:00Z" }));
+    route("GET /v1/images", paged("images", imgs, 2, { building: [{ name: "python", state: "building" }] }));
+    assert.deepEqual((await Image.list({ apiUrl: url })).map((i) => i.name), imgs.map((i) => i.name));
+    requests = [];
+    route("GET /v1/images", paged("images", imgs, 10));
+    assert.equal((await c.listImages()).length, 4);
+    assert.equal(requests.length, 1);
+    route("GET /v1/images", (_, res) => json(res, 200, { images: [] }));
+    assert.deepEqual(await Image.list({ apiUrl: url }), []);
+  });
+
+  test("a cursor answered back is an error, a refused one the daemon's", async () => {
+    route("GET /v1/sandboxes", (_, res) => json(res, 200, { sandboxes: [SBX], next_cursor: "same" }));
+    await assert.rejects(Sandbox.list({ apiUrl: url }), (err) => err instanceof InternalError && /cursor/.test(err.message));
+    assert.equal(requests.length, 2);
+    let n = 0;
+    route("GET /v1/sandboxes", (_, res) =>
+      n++ === 0 ? json(res, 200, { sandboxes: [SBX], next_cursor: "x" }) : apiError(res, 400, "invalid_argument", "cursor: not a cursor this server made"),
+    );
+    await assert.rejects(Sandbox.list({ apiUrl: url }), InvalidArgumentError);
   });
 });
 

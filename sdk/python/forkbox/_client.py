@@ -14,7 +14,7 @@ import socket
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from . import __version__
 from ._sse import Event, iter_events
@@ -26,6 +26,11 @@ ENV_API_KEY = "FORKBOX_API_KEY"
 
 # Bounds how much of an error answer is read.
 _MAX_ERROR_BODY = 64 << 10
+#: How many items a list call asks the daemon for per page: the most it
+#: gives (lists are paged: limit and cursor, next_cursor in the answer).
+PAGE_SIZE = 1000
+#: A list that has not ended after this many pages is an error, not a loop.
+_MAX_PAGES = 100000
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -122,6 +127,29 @@ class Client:
             return json.loads(raw.decode("utf-8"))
         except ValueError as e:
             raise InternalError("internal", "decoding the answer of %s %s: %s" % (method, path, e), resp.status) from None
+
+    def list_all(self, path: str, items: str, query: Optional[Mapping[str, Any]] = None,
+                 page_size: int = PAGE_SIZE) -> Tuple[List[Any], Dict[str, Any]]:
+        """Every item of one of the daemon's paged lists (GET ``path``, the
+        items under ``items``): asks for ``page_size`` at a time and follows
+        ``next_cursor`` to the last page. Returns the items and the first
+        page's document (for what only it carries)."""
+        q: Dict[str, Any] = dict(query or {})
+        q["limit"] = page_size
+        out: List[Any] = []
+        first: Optional[Dict[str, Any]] = None
+        for _ in range(_MAX_PAGES):
+            doc = self.request_json("GET", path, q) or {}
+            if first is None:
+                first = doc
+            out.extend(doc.get(items) or [])
+            nxt = doc.get("next_cursor") or ""
+            if not nxt:
+                return out, first
+            if nxt == q.get("cursor"):
+                raise InternalError("internal", "GET %s answered the cursor it was sent as the next page's: the list cannot go on" % path)
+            q["cursor"] = nxt
+        raise InternalError("internal", "GET %s did not end after %d pages" % (path, _MAX_PAGES))
 
     def request_bytes(self, method: str, path: str, query: Optional[Mapping[str, Any]] = None,
                       body: Optional[bytes] = None, content_type: Optional[str] = None,

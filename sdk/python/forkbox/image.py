@@ -200,9 +200,10 @@ class Image:
     @staticmethod
     def list(*, url: Optional[str] = None, api_key: Optional[str] = None,
              client: Optional[Client] = None) -> List[ImageInfo]:
-        """Every image, by name."""
+        """Every image, by name: every page of the daemon's list."""
         c = resolve_client(client, url, api_key)
-        return [ImageInfo(i) for i in (c.request_json("GET", "/v1/images") or {}).get("images") or []]
+        items, _ = c.list_all("/v1/images", "images")
+        return [ImageInfo(i) for i in items]
 
     @staticmethod
     def get(name: str, *, url: Optional[str] = None, api_key: Optional[str] = None,

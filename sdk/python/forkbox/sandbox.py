@@ -79,11 +79,12 @@ class Snapshot:
     @staticmethod
     def list(sandbox: Union[str, "Sandbox", None] = None, *, url: Optional[str] = None, api_key: Optional[str] = None,
              client: Optional[Client] = None) -> List["Snapshot"]:
-        """Every snapshot, or those of one sandbox (id, name or Sandbox), newest first."""
+        """Every snapshot, or those of one sandbox (id, name or Sandbox), newest
+        first: every page of the daemon's list."""
         c = resolve_client(client, url, api_key)
         ref = sandbox.id if isinstance(sandbox, Sandbox) else sandbox
-        doc = c.request_json("GET", "/v1/snapshots", {"sandbox": ref} if ref else None) or {}
-        return [Snapshot(s, c) for s in doc.get("snapshots") or []]
+        items, _ = c.list_all("/v1/snapshots", "snapshots", {"sandbox": ref} if ref else None)
+        return [Snapshot(s, c) for s in items]
 
     @staticmethod
     def get(snapshot_id: str, *, url: Optional[str] = None, api_key: Optional[str] = None,
@@ -309,15 +310,20 @@ class Sandbox:
 
     @staticmethod
     def list(state: Optional[str] = None, name: Optional[str] = None, labels: Optional[Mapping[str, str]] = None,
-             *, url: Optional[str] = None, api_key: Optional[str] = None,
+             *, include_terminated: bool = False, url: Optional[str] = None, api_key: Optional[str] = None,
              client: Optional[Client] = None) -> List[SandboxInfo]:
-        """The sandboxes, filtered by state, name and labels (all must match)."""
+        """The sandboxes, newest first, filtered by state, name and labels (all
+        must match): every page of the daemon's list. Terminated sandboxes are
+        left out unless ``state="terminated"`` (them alone) or
+        ``include_terminated=True``."""
         c = resolve_client(client, url, api_key)
         q: Dict[str, Any] = compact({"state": state, "name": name})
+        if include_terminated:
+            q["include_terminated"] = "true"
         if labels:
             q["label"] = ["%s:%s" % (k, v) for k, v in sorted(labels.items())]
-        doc = c.request_json("GET", "/v1/sandboxes", q) or {}
-        return [SandboxInfo(s) for s in doc.get("sandboxes") or []]
+        items, _ = c.list_all("/v1/sandboxes", "sandboxes", q)
+        return [SandboxInfo(s) for s in items]
 
     # -- state --------------------------------------------------------------
 

@@ -11,6 +11,7 @@ import tempfile
 import unittest
 import warnings
 from unittest import mock
+from urllib.parse import parse_qs, urlsplit
 
 import forkbox
 from forkbox import (AsyncSandbox, AuthenticationError, CellTimeoutError, CheckpointType, Client, ConflictError,
@@ -298,7 +299,7 @@ class SandboxTest(StubTest):
         self.assertEqual(self.last().json(), {"count": 2, "names": ["l", "g"]})
         self.route("GET", "/v1/snapshots", json_answer(200, {"snapshots": [snap]}))
         self.assertEqual([x.id for x in Snapshot.list("sbx_1", client=self.c)], ["snap_1"])
-        self.assertEqual(self.last().query, {"sandbox": ["sbx_1"]})
+        self.assertEqual(self.last().query, {"sandbox": ["sbx_1"], "limit": ["1000"]})
         self.route("DELETE", "/v1/snapshots/snap_1", (204, {}, b""))
         Snapshot.delete("snap_1", client=self.c)
         s.delete()
@@ -403,6 +404,83 @@ class ImageTest(StubTest):
     def test_copy_of_missing_file(self):
         with self.assertRaises(FileNotFoundError):
             Image("x").copy("/nonexistent/zz", "/opt/zz")
+
+
+def paged(items_key, items, size, extra=None):
+    """A route answer that pages ``items`` as the daemon does, ``size`` a
+    page whatever the limit asked (a daemon may give fewer): the items after
+    the cursor "at-<i>", and next_cursor while more follow."""
+
+    def write(h):
+        q = parse_qs(urlsplit(h.path).query)
+        start = int(q["cursor"][0][3:]) + 1 if "cursor" in q else 0
+        end = min(start + size, len(items))
+        doc = {items_key: items[start:end]}
+        if end < len(items):
+            doc["next_cursor"] = "at-%d" % (end - 1)
+        if start == 0 and extra:
+            doc.update(extra)
+        body = json.dumps(doc).encode()
+        h.send_response(200)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Content-Length", str(len(body)))
+        h.end_headers()
+        h.wfile.write(body)
+
+    return write
+
+
+class ListTest(StubTest):
+    """The list calls follow next_cursor to the last page."""
+
+    def test_sandboxes_follow_cursors(self):
+        sbs = [dict(SB, id="sbx_%d" % i) for i in range(7)]
+        self.route("GET", "/v1/sandboxes", paged("sandboxes", sbs, 3))
+        got = Sandbox.list(state="running", labels={"team": "a"}, include_terminated=True, client=self.c)
+        self.assertEqual([s.id for s in got], ["sbx_%d" % i for i in range(7)])
+        qs = [r.query for r in self.srv.requests]
+        self.assertEqual([q.get("cursor") for q in qs], [None, ["at-2"], ["at-5"]])
+        for q in qs:
+            self.assertEqual((q["limit"], q["state"], q["label"], q["include_terminated"]),
+                             (["1000"], ["running"], ["team:a"], ["true"]))
+        self.srv.requests.clear()
+        Sandbox.list(client=self.c)
+        self.assertNotIn("include_terminated", self.srv.requests[0].query)
+
+    def test_snapshots_and_images_follow_cursors(self):
+        snaps = [{"id": "snap_%d" % i, "type": "memory"} for i in range(5)]
+        self.route("GET", "/v1/snapshots", paged("snapshots", snaps, 2))
+        self.assertEqual([s.id for s in Snapshot.list(client=self.c)], ["snap_%d" % i for i in range(5)])
+        self.assertEqual(len(self.srv.requests), 3)
+        imgs = [{"name": "img-%d" % i} for i in range(4)]
+        self.route("GET", "/v1/images", paged("images", imgs, 2, {"building": [{"name": "python", "state": "building"}]}))
+        self.assertEqual([i.name for i in Image.list(client=self.c)], ["img-%d" % i for i in range(4)])
+        # A list of exactly one page is one request; an empty one is [].
+        self.srv.requests.clear()
+        self.route("GET", "/v1/images", paged("images", imgs, 4))
+        self.assertEqual(len(Image.list(client=self.c)), 4)
+        self.assertEqual(len(self.srv.requests), 1)
+        self.route("GET", "/v1/images", json_answer(200, {"images": []}))
+        self.assertEqual(Image.list(client=self.c), [])
+
+    def test_async_list_follows_cursors(self):
+        sbs = [dict(SB, id="sbx_%d" % i) for i in range(5)]
+        self.route("GET", "/v1/sandboxes", paged("sandboxes", sbs, 2))
+        got = asyncio.run(AsyncSandbox.list(client=self.c))
+        self.assertEqual([s.id for s in got], ["sbx_%d" % i for i in range(5)])
+
+    def test_a_repeated_cursor_is_an_error(self):
+        self.route("GET", "/v1/sandboxes", json_answer(200, {"sandboxes": [SB], "next_cursor": "same"}))
+        with self.assertRaises(InternalError) as cm:
+            Sandbox.list(client=self.c)
+        self.assertIn("cursor", str(cm.exception))
+        self.assertEqual(len(self.srv.requests), 2)
+
+    def test_a_bad_cursor_is_invalid_argument(self):
+        self.route("GET", "/v1/sandboxes", [json_answer(200, {"sandboxes": [SB], "next_cursor": "x"}),
+                                           error_answer(400, "invalid_argument", "cursor: not a cursor this server made")])
+        with self.assertRaises(InvalidArgumentError):
+            Sandbox.list(client=self.c)
 
 
 class AsyncTest(StubTest):
