@@ -152,16 +152,44 @@ function decodeData(raw) {
   try { return JSON.parse(raw); } catch { return raw; }
 }
 
-// The endpoints the UI calls.
+/**
+ * listAll GETs every page of one of the daemon's paged lists (path, with the
+ * query's parameters) and returns the first page's document with the items
+ * under key of every page: it asks for the most a page holds and follows
+ * next_cursor to the last page. A cursor answered back is an error, not a
+ * loop.
+ */
+export async function listAll(path, key, query = {}) {
+  const q = new URLSearchParams({ ...query, limit: '1000' });
+  let first = null;
+  const items = [];
+  for (let n = 0; n < 10000; n++) {
+    const doc = (await request('GET', `${path}?${q}`)) || {};
+    if (!first) first = doc;
+    items.push(...(doc[key] || []));
+    const next = doc.next_cursor || '';
+    if (!next) {
+      const out = { ...first, [key]: items };
+      delete out.next_cursor;
+      return out;
+    }
+    if (next === q.get('cursor')) throw new ApiError(0, 'internal', `${path} answered the cursor it was sent as the next page's`);
+    q.set('cursor', next);
+  }
+  throw new ApiError(0, 'internal', `${path} did not end after 10000 pages`);
+}
+
+// The endpoints the UI calls. The lists are every page of the daemon's;
+// the sandboxes' includes the terminated ones (the graph draws them).
 const enc = encodeURIComponent;
 export const api = {
-  listConversations: () => request('GET', '/v1/conversations'),
+  listConversations: () => listAll('/v1/conversations', 'conversations'),
   createConversation: (title) => request('POST', '/v1/conversations', title ? { title } : {}),
   getConversation: (id) => request('GET', `/v1/conversations/${enc(id)}`),
   deleteConversation: (id) => request('DELETE', `/v1/conversations/${enc(id)}`),
   getSandbox: (id, opts) => request('GET', `/v1/sandboxes/${enc(id)}`, undefined, opts),
-  listSandboxes: () => request('GET', '/v1/sandboxes'),
-  listSnapshots: () => request('GET', '/v1/snapshots'),
+  listSandboxes: () => listAll('/v1/sandboxes', 'sandboxes', { include_terminated: 'true' }),
+  listSnapshots: () => listAll('/v1/snapshots', 'snapshots'),
   suspend: (id) => request('POST', `/v1/sandboxes/${enc(id)}/suspend`),
   resume: (id) => request('POST', `/v1/sandboxes/${enc(id)}/resume`),
   checkpoint: (id, type = 'memory') => request('POST', `/v1/sandboxes/${enc(id)}/checkpoint`, { type }),

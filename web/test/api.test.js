@@ -4,7 +4,7 @@
 // daemon. Only fetch is replaced; the client's own code runs.
 import { test, beforeEach, afterEach } from 'node:test';
 import assert from 'node:assert/strict';
-import { stream, request, ApiError, setApiKey } from '../static/api.js';
+import { stream, request, ApiError, setApiKey, api, listAll } from '../static/api.js';
 
 const realFetch = globalThis.fetch;
 let calls;
@@ -118,4 +118,51 @@ test('an unreachable daemon is an ApiError with status 0; an abort stays an Abor
   const abort = new AbortController();
   abort.abort();
   await assert.rejects(stream('/v1/chat', {}, () => {}, { signal: abort.signal }), { name: 'AbortError' });
+});
+
+/** paged makes fetch answer a list as the daemon pages it: size items a page
+ * after the cursor "at-<i>", next_cursor while more follow. */
+function paged(key, items, size) {
+  globalThis.fetch = async (url, init) => {
+    calls.push({ url, init });
+    const q = new URL(url, 'http://x').searchParams;
+    const c = q.get('cursor');
+    const start = c ? Number(c.slice(3)) + 1 : 0;
+    const end = Math.min(start + size, items.length);
+    const doc = { [key]: items.slice(start, end) };
+    if (end < items.length) doc.next_cursor = `at-${end - 1}`;
+    return new Response(JSON.stringify(doc), { status: 200, headers: { 'Content-Type': 'application/json' } });
+  };
+}
+
+test('lists: every page, the terminated sandboxes included (the graph draws them)', async () => {
+  const sbs = Array.from({ length: 5 }, (_, i) => ({ id: `sbx_${i}`, state: i % 2 ? 'terminated' : 'running' }));
+  paged('sandboxes', sbs, 2);
+  const list = await api.listSandboxes();
+  assert.deepEqual(list.sandboxes.map((s) => s.id), sbs.map((s) => s.id));
+  assert.equal(list.next_cursor, undefined);
+  const qs = calls.map((c) => new URL(c.url, 'http://x').searchParams);
+  assert.deepEqual(qs.map((q) => q.get('cursor')), [null, 'at-1', 'at-3']);
+  for (const q of qs) {
+    assert.equal(q.get('include_terminated'), 'true');
+    assert.equal(q.get('limit'), '1000');
+  }
+  calls = [];
+  const convs = Array.from({ length: 3 }, (_, i) => ({ id: `conv_${i}` }));
+  paged('conversations', convs, 1);
+  assert.deepEqual((await api.listConversations()).conversations.map((c) => c.id), ['conv_0', 'conv_1', 'conv_2']);
+  assert.equal(calls.length, 3);
+  calls = [];
+  paged('snapshots', [], 10);
+  assert.deepEqual((await api.listSnapshots()).snapshots, []);
+  assert.equal(calls.length, 1);
+});
+
+test('lists: a cursor answered back stops the walk with an error', async () => {
+  globalThis.fetch = async (url, init) => {
+    calls.push({ url, init });
+    return new Response(JSON.stringify({ sandboxes: [{ id: 'a' }], next_cursor: 'same' }), { status: 200, headers: { 'Content-Type': 'application/json' } });
+  };
+  await assert.rejects(listAll('/v1/sandboxes', 'sandboxes'), (err) => err instanceof ApiError && /cursor/.test(err.message));
+  assert.equal(calls.length, 2);
 });
