@@ -34,9 +34,11 @@ func call(t *testing.T, d *daemon, method, path, body string, hdr map[string]str
 	return resp.StatusCode, e.Error, raw
 }
 
+// countSandboxes counts d's sandboxes, terminated ones included (a refused
+// create must leave no record in any state).
 func countSandboxes(t *testing.T, d *daemon) int {
 	t.Helper()
-	list, err := d.c.ListSandboxes(ctxT(t), client.ListOptions{})
+	list, err := d.c.ListSandboxes(ctxT(t), client.ListOptions{IncludeTerminated: true})
 	if err != nil {
 		t.Fatal(err)
 	}

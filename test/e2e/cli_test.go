@@ -173,7 +173,7 @@ func TestCLIListAndSnapshots(t *testing.T) {
 		t.Fatalf("rm: %v %s", err, out)
 	}
 	out, errOut, err = runCLISplit(t, "ls")
-	if err != nil || strings.Contains(out, bID) || !strings.Contains(out, a.ID) || !strings.Contains(errOut, "terminated hidden; --all shows them") {
+	if err != nil || strings.Contains(out, bID) || !strings.Contains(out, a.ID) || !strings.Contains(errOut, "terminated sandboxes hidden; --all shows them") {
 		t.Fatalf("ls after rm: %v\n%s\nstderr %s", err, out, errOut)
 	}
 	out, errOut, err = runCLISplit(t, "ls", "--all")
