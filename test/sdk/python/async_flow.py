@@ -39,7 +39,7 @@ async def session(n):
 async def main():
     ids = await asyncio.gather(session(1), session(2))
     check(len(set(ids)) == 2, "two sessions ran concurrently: %s" % ids)
-    states = {s.id: s.state for s in await AsyncSandbox.list(labels={"flow": "async"})}
+    states = {s.id: s.state for s in await AsyncSandbox.list(labels={"flow": "async"}, include_terminated=True)}
     check(all(states.get(i) == "terminated" for i in ids), "async with terminated both (%s)" % states)
 
     sb = await AsyncSandbox.create()
