@@ -6,7 +6,8 @@
 // call (both baselines use /usr/bin/python3 with Debian's
 // python3-jupyter-client, python3-ipykernel and python3-pandas); and a
 // notebook's `1+1` cell through Debian's Jupyter Server with forkbox as its
-// kernel gateway, next to the same server running a local ipykernel.
+// kernel gateway, next to the same server running a local ipykernel; and a
+// page of GET /v1/sandboxes with 2,000 sandbox records in the store.
 //
 // They start a real daemon, so they need Linux and root:
 //

@@ -1103,14 +1103,31 @@ func rhListQuery(g *rhGen) string {
 	if g.p(0.3) {
 		q.Add("label", rhPick(g, "forkbox.pool:rh-pool", "a:b", "nocolon", ":x", g.garbage()))
 	}
+	if g.p(0.2) {
+		q.Set("include_terminated", rhPick(g, "true", "false", "1", g.garbage()))
+	}
+	rhPageQuery(g, q)
 	return q.Encode()
 }
 
-func rhSnapshotQuery(g *rhGen) string {
-	if g.p(0.5) {
-		return ""
+// rhPageQuery adds a list's page to q, now and then: a limit in range or
+// not, a cursor that is none of the daemon's.
+func rhPageQuery(g *rhGen, q url.Values) {
+	if g.p(0.3) {
+		q.Set("limit", rhPick(g, "1", "2", "100", "1000", "0", "1001", g.garbage()))
 	}
-	return url.Values{"sandbox": {g.st.sandboxRef(g, false)}}.Encode()
+	if g.p(0.15) {
+		q.Set("cursor", rhPick(g, "", "eyJ2IjoxfQ", g.garbage()))
+	}
+}
+
+func rhSnapshotQuery(g *rhGen) string {
+	q := url.Values{}
+	if g.p(0.5) {
+		q.Set("sandbox", g.st.sandboxRef(g, false))
+	}
+	rhPageQuery(g, q)
+	return q.Encode()
 }
 
 func rhImageQuery(g *rhGen) string {
