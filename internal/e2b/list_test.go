@@ -44,6 +44,12 @@ func (noRuntime) DialPort(context.Context, string, *runtime.Info, int) (net.Conn
 	return nil, errors.New("no sandboxes here")
 }
 func (noRuntime) SandboxDirs() ([]string, error) { return nil, nil }
+func (noRuntime) LeftoverCRIU(context.Context, time.Duration) (found, killed []int) {
+	return nil, nil
+}
+func (noRuntime) Recover(context.Context, string) (runtime.Recovered, error) {
+	return runtime.Recovered{}, nil
+}
 
 type noImages struct{}
 
