@@ -124,6 +124,9 @@ type Health struct {
 	Status string           `json:"status"`
 	Images []ImageReadiness `json:"images"`
 	Chat   *ChatReadiness   `json:"chat,omitempty"`
+	// Recovering counts the sandboxes a restart found that are still being
+	// settled (calls about them answer 503 with Retry-After); 0 once all are.
+	Recovering int `json:"recovering"`
 }
 
 // ChatReadiness says whether the chat has a model, and if not, why.

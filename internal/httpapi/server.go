@@ -349,7 +349,7 @@ func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) error {
 // health answers GET /healthz: the daemon is up (always 200 "ok"), with
 // whether its own images are built yet and whether the chat has a model.
 func (s *Server) health(w http.ResponseWriter, r *http.Request) error {
-	h := api.Health{Status: "ok", Images: s.mgr.ImageReadiness()}
+	h := api.Health{Status: "ok", Images: s.mgr.ImageReadiness(), Recovering: s.mgr.Recovering()}
 	if s.cfg.Chat != nil {
 		ready, why := s.cfg.Chat.Ready()
 		h.Chat = &api.ChatReadiness{Ready: ready, Why: why}

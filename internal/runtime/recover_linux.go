@@ -31,13 +31,16 @@ import (
 const leftoverCRIUKillWait = 5 * time.Second
 
 // LeftoverCRIU waits, up to wait, for the CRIU workers (`criu swrk`) that a
-// daemon process which is gone left running to end, and kills those still
-// running then. Workers of a live forkbox process (another daemon on this
-// host, or this one) are left alone, and so are `criu lazy-pages`
-// processes, which serve the memory of running sandboxes. It returns the
-// pids it found and, of them, those it killed.
+// daemon process which is gone left running on this data dir (they hold a
+// file under it open: the images they dump or restore) to end, and kills
+// those still running then. Workers of a live forkbox process (another
+// daemon on this host, or this one) and of other data dirs are left alone,
+// and so are `criu lazy-pages` processes, which serve the memory of
+// running sandboxes. A ctx that ends (the daemon stopping) stops the wait
+// and kills nothing. It returns the pids found and, of them, those it
+// killed.
 func (r *Runtime) LeftoverCRIU(ctx context.Context, wait time.Duration) (found, killed []int) {
-	found = orphanedCRIU()
+	found = orphanedCRIU(filepath.Dir(filepath.Clean(r.cfg.Dir)))
 	if len(found) == 0 {
 		return nil, nil
 	}
@@ -46,6 +49,9 @@ func (r *Runtime) LeftoverCRIU(ctx context.Context, wait time.Duration) (found, 
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	left := waitGone(wctx, found)
+	if ctx.Err() != nil {
+		return found, nil
+	}
 	for _, pid := range left {
 		if unix.Kill(pid, unix.SIGKILL) == nil {
 			killed = append(killed, pid)
@@ -165,8 +171,9 @@ func tracerOf(pid int) int {
 }
 
 // orphanedCRIU lists the `criu swrk` processes whose parent is not a
-// forkbox process: the daemon that started them is gone.
-func orphanedCRIU() []int {
+// forkbox process (the daemon that started them is gone) and that hold a
+// file under dataDir open.
+func orphanedCRIU(dataDir string) []int {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
@@ -186,12 +193,29 @@ func orphanedCRIU() []int {
 			continue
 		}
 		ppid, _ := strconv.Atoi(f[1])
-		if isForkbox(ppid) {
+		if isForkbox(ppid) || !holdsFileUnder(pid, dataDir) {
 			continue
 		}
 		out = append(out, pid)
 	}
 	return out
+}
+
+// holdsFileUnder reports whether pid has a file or directory under dir
+// open.
+func holdsFileUnder(pid int, dir string) bool {
+	fds := "/proc/" + strconv.Itoa(pid) + "/fd"
+	ents, err := os.ReadDir(fds)
+	if err != nil {
+		return false
+	}
+	prefix := strings.TrimSuffix(dir, "/") + "/"
+	for _, e := range ents {
+		if target, err := os.Readlink(filepath.Join(fds, e.Name())); err == nil && strings.HasPrefix(target, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // isForkbox reports whether pid runs a forkbox binary (forkbox, or a

@@ -760,6 +760,11 @@ func (m *Manager) terminate(ctx context.Context, id, reason string, o lockOpts) 
 		return nil, err
 	}
 	defer unlock()
+	return m.end(ctx, id, reason)
+}
+
+// end is terminate for a caller that holds the sandbox's lifecycle lock.
+func (m *Manager) end(ctx context.Context, id, reason string) (*api.Sandbox, error) {
 	sb, err := m.store.Get(ctx, id)
 	if err != nil {
 		return nil, err

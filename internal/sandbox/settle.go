@@ -27,9 +27,10 @@ import (
 // its documented state (docs/ARCHITECTURE.md, "A crash at any point").
 // Meanwhile every call about a settling sandbox answers 503 unavailable
 // with Retry-After (calls about other sandboxes, creates and lists are
-// served), and once all are settled the leftovers of ended sandboxes are
-// swept, forks cut short collected, pools loaded, and the idle reaper
-// starts.
+// served). A fork cut short is undone on the way: its snapshot deleted
+// before the rows are settled, its branches ended as they are. Once all
+// are settled the leftovers of ended sandboxes are swept, pools loaded,
+// and the idle reaper starts.
 
 const (
 	// DefaultAgentWait bounds how long a restarted daemon waits for an
@@ -52,6 +53,13 @@ const (
 // Settled is closed once every sandbox a restart found is settled and
 // background work (pools, the idle reaper) has started.
 func (m *Manager) Settled() <-chan struct{} { return m.settled }
+
+// Recovering is how many sandboxes a restart found are still settling.
+func (m *Manager) Recovering() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.settling)
+}
 
 // settlingErr is the error of a call about sandbox id while it is settled
 // (nil when it is not).
@@ -93,6 +101,7 @@ func (m *Manager) background(ctx context.Context, todo []*store.Sandbox, dirs []
 			m.log.Error("remove unfinished snapshots", "err", err)
 		}
 	}
+	forks := m.cutForks(ctx)
 	sem := make(chan struct{}, settleParallel)
 	var wg sync.WaitGroup
 	for _, sb := range todo {
@@ -100,10 +109,18 @@ func (m *Manager) background(ctx context.Context, todo []*store.Sandbox, dirs []
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			m.settleOne(ctx, sb)
+			m.settleOne(ctx, sb, forks)
 		}()
 	}
 	wg.Wait()
+	if ctx.Err() == nil {
+		// Every branch of those forks is ended now.
+		for id := range forks {
+			if err := m.snaps.ClearIntent(forkIntent, id); err != nil {
+				m.log.Warn("clear a fork's mark", "snapshot", id, "err", err)
+			}
+		}
+	}
 	if len(todo) > 0 {
 		m.log.Info("sandboxes settled after the restart", "count", len(todo), "ms", time.Since(start).Milliseconds())
 	}
@@ -111,7 +128,6 @@ func (m *Manager) background(ctx context.Context, todo []*store.Sandbox, dirs []
 		close(m.settled)
 		return
 	}
-	m.collectForks(ctx)
 	m.sweepSandboxDirs(ctx, dirs)
 	if err := m.loadPools(ctx); err != nil {
 		m.log.Error("load pools", "err", err)
@@ -124,8 +140,9 @@ func (m *Manager) background(ctx context.Context, todo []*store.Sandbox, dirs []
 }
 
 // settleOne gives one sandbox the previous daemon left its documented
-// state; whatever happens, it is no longer settling afterwards.
-func (m *Manager) settleOne(ctx context.Context, sb *store.Sandbox) {
+// state; whatever happens, it is no longer settling afterwards. A branch of
+// a fork cut short (forks) is ended.
+func (m *Manager) settleOne(ctx context.Context, sb *store.Sandbox, forks map[string]bool) {
 	defer func() {
 		m.mu.Lock()
 		delete(m.settling, sb.ID)
@@ -143,6 +160,12 @@ func (m *Manager) settleOne(ctx context.Context, sb *store.Sandbox) {
 		return
 	}
 	defer unlock()
+	if forks[sb.SnapshotID] {
+		if _, err := m.end(ctx, sb.ID, "the fork that made it was cut short by a daemon stop"); err != nil {
+			m.log.Error("end a branch of a fork cut short", "sandbox", sb.ID, "err", err)
+		}
+		return
+	}
 	info, err := runtime.UnmarshalInfo(sb.Runtime)
 	if err != nil {
 		info = &runtime.Info{}
@@ -300,51 +323,34 @@ func (m *Manager) agentAnswers(ctx context.Context, l *live) error {
 	}
 }
 
-// collectForks undoes the forks a crash cut short: a fork is all or
-// nothing, so the branches it started are ended and its snapshot, whose id
-// its caller never learnt, deleted.
-func (m *Manager) collectForks(ctx context.Context) {
+// cutForks undoes the forks a crash cut short, but for their branches: a
+// fork is all or nothing, and its caller never learnt its snapshot's id, so
+// the snapshot is deleted. It returns the marked snapshots; their branches
+// are ended as they are settled, and the marks cleared after that (a crash
+// before then finds them again).
+func (m *Manager) cutForks(ctx context.Context) map[string]bool {
+	forks := map[string]bool{}
 	if m.snaps == nil {
-		return
+		return forks
 	}
 	ids, err := m.snaps.Intents(forkIntent)
 	if err != nil {
 		m.log.Error("list forks cut short", "err", err)
-		return
+		return forks
 	}
-	for _, id := range ids {
-		m.undoFork(ctx, id, "the fork that made it was cut short by a daemon stop")
-		m.log.Info("collected a fork cut short by the daemon's stop", "snapshot", id)
-	}
-}
-
-// undoFork ends the branches restored from fork snapshot id, deletes the
-// snapshot and clears its mark.
-func (m *Manager) undoFork(ctx context.Context, id, reason string) {
 	ctx = context.WithoutCancel(ctx)
-	list, err := m.store.List(ctx, store.ListFilter{Node: m.node})
-	if err != nil {
-		m.log.Error("find a fork's branches", "snapshot", id, "err", err)
-		return
-	}
-	for _, sb := range list {
-		if sb.SnapshotID == id && sb.State != api.StateTerminated && !m.elsewhere(sb) {
-			if _, err := m.terminate(ctx, sb.ID, reason, lockOpts{Preempt: true}); err != nil {
-				m.log.Error("end a branch of an undone fork", "sandbox", sb.ID, "err", err)
-				return // the mark stays: the next start tries again
-			}
+	for _, id := range ids {
+		forks[id] = true
+		if err := m.store.DeleteSnapshot(ctx, id); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			m.log.Error("delete the snapshot of a fork cut short", "snapshot", id, "err", err)
+			continue
 		}
+		if err := m.snaps.Delete(id); err != nil && !errors.Is(err, os.ErrNotExist) {
+			m.log.Warn("remove the files of a fork cut short", "snapshot", id, "err", err)
+		}
+		m.log.Info("undid a fork cut short by the daemon's stop", "snapshot", id)
 	}
-	if err := m.store.DeleteSnapshot(ctx, id); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
-		m.log.Error("delete the snapshot of an undone fork", "snapshot", id, "err", err)
-		return
-	}
-	if err := m.snaps.Delete(id); err != nil && !errors.Is(err, os.ErrNotExist) {
-		m.log.Warn("remove the files of an undone fork", "snapshot", id, "err", err)
-	}
-	if err := m.snaps.ClearIntent(forkIntent, id); err != nil {
-		m.log.Warn("clear a fork's mark", "snapshot", id, "err", err)
-	}
+	return forks
 }
 
 // sweepSandboxDirs destroys the sandbox directories found at start (dirs)

@@ -9,8 +9,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -103,6 +105,8 @@ type daemon struct {
 	log    *os.File
 	c      *client.Client
 	exited chan struct{}
+	// upAfter is how long its last start took to answer /healthz.
+	upAfter time.Duration
 }
 
 func freePort() (string, error) {
@@ -173,7 +177,8 @@ func (d *daemon) start() error {
 		}
 	}
 	d.c = client.New("http://"+d.addr, opts...)
-	deadline := time.Now().Add(60 * time.Second)
+	started := time.Now()
+	deadline := started.Add(60 * time.Second)
 	for time.Now().Before(deadline) {
 		select {
 		case <-d.exited:
@@ -184,11 +189,43 @@ func (d *daemon) start() error {
 		err := d.c.Health(ctx)
 		cancel()
 		if err == nil {
-			return nil
+			d.upAfter = time.Since(started)
+			return d.waitSettled()
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	return fmt.Errorf("daemon not healthy after 60s; log:\n%s", d.logTail())
+}
+
+// waitSettled waits until the daemon has settled every sandbox its start
+// found (until then calls about them answer 503 with Retry-After), so that
+// tests that restart a daemon see each sandbox in its settled state.
+func (d *daemon) waitSettled() error {
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		h, err := d.health()
+		if err == nil && h.Recovering == 0 {
+			return nil
+		}
+	}
+	return fmt.Errorf("the daemon still settled sandboxes after 2 minutes; log:\n%s", d.logTail())
+}
+
+// health reads the daemon's /healthz.
+func (d *daemon) health() (*api.Health, error) {
+	req, err := http.NewRequest(http.MethodGet, "http://"+d.addr+"/healthz", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var h api.Health
+	if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
+		return nil, err
+	}
+	return &h, nil
 }
 
 func (d *daemon) logTail() string {

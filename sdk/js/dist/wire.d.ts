@@ -613,6 +613,11 @@ export interface Health {
      */
     images: ImageReadiness[];
     chat?: ChatReadiness;
+    /**
+     * recovering counts the sandboxes a restart found that are still being
+     * settled (calls about them answer 503 with Retry-After); 0 once all are.
+     */
+    recovering: number;
 }
 /**
  * Body of POST /v1/chat: a question about data, answered by a model that runs

@@ -652,6 +652,11 @@ export interface Health {
    */
   images: ImageReadiness[];
   chat?: ChatReadiness;
+  /**
+   * recovering counts the sandboxes a restart found that are still being
+   * settled (calls about them answer 503 with Retry-After); 0 once all are.
+   */
+  recovering: number;
 }
 
 /**

@@ -715,6 +715,9 @@ class _HealthRequired(TypedDict):
     #: The daemon's own images: a create from one that is `building` answers
     #: 503 with Retry-After.
     images: List[ImageReadiness]
+    #: recovering counts the sandboxes a restart found that are still being
+    #: settled (calls about them answer 503 with Retry-After); 0 once all are.
+    recovering: int
 
 
 class Health(_HealthRequired, total=False):
