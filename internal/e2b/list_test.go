@@ -3,11 +3,9 @@ package e2b
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -20,36 +18,11 @@ import (
 	"github.com/forkbox/forkbox/api"
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/image"
-	"github.com/forkbox/forkbox/internal/netsetup"
-	"github.com/forkbox/forkbox/internal/runtime"
 	"github.com/forkbox/forkbox/internal/sandbox"
+	"github.com/forkbox/forkbox/internal/sandbox/sandboxtest"
 	"github.com/forkbox/forkbox/internal/store"
 	"github.com/forkbox/forkbox/internal/tenant"
 )
-
-// noRuntime creates nothing: the list tests hold sandboxes written straight
-// into the store.
-type noRuntime struct{}
-
-func (noRuntime) Create(context.Context, runtime.Spec) (*runtime.Info, error) {
-	return nil, errors.New("no runtime in the list tests")
-}
-func (noRuntime) Adopt(context.Context, string, *runtime.Info) error     { return nil }
-func (noRuntime) Destroy(context.Context, string, *runtime.Info) error   { return nil }
-func (noRuntime) Usage(string) runtime.Usage                             { return runtime.Usage{} }
-func (noRuntime) OOMKills(string) int64                                  { return 0 }
-func (noRuntime) SetEgress(string, *runtime.Info, netsetup.Policy) error { return nil }
-func (noRuntime) SetHostname(string, *runtime.Info, string) error        { return nil }
-func (noRuntime) DialPort(context.Context, string, *runtime.Info, int) (net.Conn, error) {
-	return nil, errors.New("no sandboxes here")
-}
-func (noRuntime) SandboxDirs() ([]string, error) { return nil, nil }
-func (noRuntime) LeftoverCRIU(context.Context, time.Duration) (found, killed []int) {
-	return nil, nil
-}
-func (noRuntime) Recover(context.Context, string) (runtime.Recovered, error) {
-	return runtime.Recovered{}, nil
-}
 
 type noImages struct{}
 
@@ -67,7 +40,7 @@ func listServer(t *testing.T) (*store.SQLite, func(path string, q url.Values) (i
 	}
 	t.Cleanup(func() { st.Close() })
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv := New(sandbox.New(st, noRuntime{}, noImages{}, nil, sandbox.DefaultDefaults, quiet), quiet)
+	srv := New(sandbox.New(st, sandboxtest.NoRuntime{}, noImages{}, nil, sandbox.DefaultDefaults, quiet), quiet)
 	return st, func(path string, q url.Values) (int, http.Header, []byte) {
 		r := httptest.NewRequest(http.MethodGet, path+"?"+q.Encode(), nil)
 		r = r.WithContext(tenant.With(r.Context(), tenant.Principal{Tenant: "acme", KeyID: "key_1"}))

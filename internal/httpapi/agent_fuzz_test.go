@@ -23,6 +23,7 @@ import (
 	"github.com/forkbox/forkbox/internal/image"
 	"github.com/forkbox/forkbox/internal/runtime"
 	"github.com/forkbox/forkbox/internal/sandbox"
+	"github.com/forkbox/forkbox/internal/sandbox/sandboxtest"
 	sseread "github.com/forkbox/forkbox/internal/sse" // httpapi has its own sse, the writer
 	"github.com/forkbox/forkbox/internal/store"
 )
@@ -53,7 +54,7 @@ func (a *hostileAgent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // agentRuntime "creates" every sandbox as the one whose agent listens in
 // dir/run.
 type agentRuntime struct {
-	fuzzRuntime
+	sandboxtest.NoRuntime
 	dir string
 }
 

@@ -13,7 +13,6 @@ import (
 	"log/slog"
 	"mime"
 	"mime/multipart"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -29,9 +28,8 @@ import (
 	"github.com/forkbox/forkbox/internal/build"
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/image"
-	"github.com/forkbox/forkbox/internal/netsetup"
-	"github.com/forkbox/forkbox/internal/runtime"
 	"github.com/forkbox/forkbox/internal/sandbox"
+	"github.com/forkbox/forkbox/internal/sandbox/sandboxtest"
 	"github.com/forkbox/forkbox/internal/store"
 )
 
@@ -227,28 +225,6 @@ func status(err error) int {
 
 // fuzzRuntime is a runtime that creates nothing; the fuzz servers only
 // hold sandboxes written straight into their store.
-type fuzzRuntime struct{}
-
-func (fuzzRuntime) Create(context.Context, runtime.Spec) (*runtime.Info, error) {
-	return nil, errors.New("no runtime in the fuzz tests")
-}
-func (fuzzRuntime) Adopt(context.Context, string, *runtime.Info) error     { return nil }
-func (fuzzRuntime) Destroy(context.Context, string, *runtime.Info) error   { return nil }
-func (fuzzRuntime) Usage(string) runtime.Usage                             { return runtime.Usage{} }
-func (fuzzRuntime) OOMKills(string) int64                                  { return 0 }
-func (fuzzRuntime) SetEgress(string, *runtime.Info, netsetup.Policy) error { return nil }
-func (fuzzRuntime) SetHostname(string, *runtime.Info, string) error        { return nil }
-func (fuzzRuntime) DialPort(context.Context, string, *runtime.Info, int) (net.Conn, error) {
-	return nil, errors.New("no sandboxes here")
-}
-func (fuzzRuntime) SandboxDirs() ([]string, error) { return nil, nil }
-func (fuzzRuntime) LeftoverCRIU(context.Context, time.Duration) (found, killed []int) {
-	return nil, nil
-}
-func (fuzzRuntime) Recover(context.Context, string) (runtime.Recovered, error) {
-	return runtime.Recovered{}, nil
-}
-
 type fuzzImages struct{}
 
 func (fuzzImages) Get(_ context.Context, name string) (*image.Image, error) {
@@ -308,7 +284,7 @@ func newFuzzServer(f *testing.F, cfg Config) *fuzzServer {
 	}
 	f.Cleanup(func() { st.Close() })
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	mgr := sandbox.New(st, fuzzRuntime{}, fuzzImages{}, nil, sandbox.DefaultDefaults, quiet)
+	mgr := sandbox.New(st, sandboxtest.NoRuntime{}, fuzzImages{}, nil, sandbox.DefaultDefaults, quiet)
 	b := &fuzzBuilder{dir: dir}
 	if os.Geteuid() == 0 {
 		if b.images, err = image.Open(filepath.Join(dir, "images")); err != nil {

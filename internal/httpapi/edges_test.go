@@ -20,6 +20,7 @@ import (
 	"github.com/forkbox/forkbox/api"
 	"github.com/forkbox/forkbox/internal/image"
 	"github.com/forkbox/forkbox/internal/sandbox"
+	"github.com/forkbox/forkbox/internal/sandbox/sandboxtest"
 	"github.com/forkbox/forkbox/internal/store"
 )
 
@@ -48,7 +49,7 @@ func newEdgeServer(t *testing.T, cfg Config, register func(s *Server)) *edgeEnv 
 	}
 	t.Cleanup(func() { st.Close() })
 	images := &fakeImages{imgs: map[string]*image.Image{}}
-	mgr := sandbox.New(st, nopRuntime{}, images, nil, sandbox.DefaultDefaults, nil)
+	mgr := sandbox.New(st, sandboxtest.NoRuntime{}, images, nil, sandbox.DefaultDefaults, nil)
 	cfg.APIKey = edgeKey
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	s, err := New(cfg, mgr)

@@ -12,7 +12,6 @@ import (
 	"log"
 	"log/slog"
 	"mime/multipart"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -28,37 +27,14 @@ import (
 	"github.com/forkbox/forkbox/client"
 	"github.com/forkbox/forkbox/internal/errdefs"
 	"github.com/forkbox/forkbox/internal/image"
-	"github.com/forkbox/forkbox/internal/netsetup"
-	"github.com/forkbox/forkbox/internal/runtime"
 	"github.com/forkbox/forkbox/internal/sandbox"
+	"github.com/forkbox/forkbox/internal/sandbox/sandboxtest"
 	sseread "github.com/forkbox/forkbox/internal/sse" // httpapi has its own sse, the writer
 	"github.com/forkbox/forkbox/internal/store"
 )
 
 // The image tests run the real handlers over a real Manager (and its SQLite
 // store) whose image store and builder are fakes.
-
-type nopRuntime struct{}
-
-func (nopRuntime) Create(context.Context, runtime.Spec) (*runtime.Info, error) {
-	return nil, errors.New("no runtime in this test")
-}
-func (nopRuntime) Adopt(context.Context, string, *runtime.Info) error     { return nil }
-func (nopRuntime) Destroy(context.Context, string, *runtime.Info) error   { return nil }
-func (nopRuntime) Usage(string) runtime.Usage                             { return runtime.Usage{} }
-func (nopRuntime) OOMKills(string) int64                                  { return 0 }
-func (nopRuntime) SetEgress(string, *runtime.Info, netsetup.Policy) error { return nil }
-func (nopRuntime) SetHostname(string, *runtime.Info, string) error        { return nil }
-func (nopRuntime) DialPort(context.Context, string, *runtime.Info, int) (net.Conn, error) {
-	return nil, errors.New("no sandboxes here")
-}
-func (nopRuntime) SandboxDirs() ([]string, error) { return nil, nil }
-func (nopRuntime) LeftoverCRIU(context.Context, time.Duration) (found, killed []int) {
-	return nil, nil
-}
-func (nopRuntime) Recover(context.Context, string) (runtime.Recovered, error) {
-	return runtime.Recovered{}, nil
-}
 
 // fakeImages is an image store in memory.
 type fakeImages struct {
@@ -228,7 +204,7 @@ func newImageServer(t *testing.T, cfg Config, withBuilder bool) *imageEnv {
 	images := &fakeImages{imgs: map[string]*image.Image{
 		"host": {Name: "host", ID: "sha256:host", Base: "host", CreatedAt: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)},
 	}}
-	mgr := sandbox.New(st, nopRuntime{}, images, nil, sandbox.DefaultDefaults, nil)
+	mgr := sandbox.New(st, sandboxtest.NoRuntime{}, images, nil, sandbox.DefaultDefaults, nil)
 	env := &imageEnv{images: images, store: st}
 	if withBuilder {
 		env.builder = &fakeBuilder{images: images, release: make(chan struct{})}

@@ -19,6 +19,7 @@ import (
 	"github.com/forkbox/forkbox/internal/analyst"
 	"github.com/forkbox/forkbox/internal/image"
 	"github.com/forkbox/forkbox/internal/sandbox"
+	"github.com/forkbox/forkbox/internal/sandbox/sandboxtest"
 	"github.com/forkbox/forkbox/internal/store"
 )
 
@@ -47,7 +48,7 @@ func newListServer(t *testing.T) *listEnv {
 		images.imgs[n] = &image.Image{Name: n, ID: "sha256:" + n, Base: "host", CreatedAt: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	mgr := sandbox.New(st, nopRuntime{}, images, nil, sandbox.DefaultDefaults, quiet)
+	mgr := sandbox.New(st, sandboxtest.NoRuntime{}, images, nil, sandbox.DefaultDefaults, quiet)
 	chat, err := analyst.New(st, mgr, analyst.Config{UploadsDir: filepath.Join(dir, "uploads"), Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
