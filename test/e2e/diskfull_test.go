@@ -67,6 +67,11 @@ func snapshotsLeft(t *testing.T, d *daemon) []string {
 	}
 	var out []string
 	for _, e := range ents {
+		if e.Name() == ".intents" { // the store's marks (a fork's): none may be left
+			marks, _ := filepath.Glob(filepath.Join(d.dataDir, "snapshots", ".intents", "*", "*"))
+			out = append(out, marks...)
+			continue
+		}
 		out = append(out, e.Name())
 	}
 	return out

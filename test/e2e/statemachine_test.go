@@ -667,8 +667,8 @@ func TestPanicMidOperation(t *testing.T) {
 		}
 	}
 	snapCount := func(t *testing.T) int {
-		ents, _ := os.ReadDir(filepath.Join(d.dataDir, "snapshots"))
-		return len(ents)
+		dirs, _ := filepath.Glob(filepath.Join(d.dataDir, "snapshots", "snap_*"))
+		return len(dirs)
 	}
 
 	t.Run("checkpoint", func(t *testing.T) {
