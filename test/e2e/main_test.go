@@ -254,6 +254,12 @@ func (d *daemon) stop() {
 
 func (d *daemon) deleteAll() {
 	ctx := context.Background()
+	// Pools first: a pool refills when one of its ready sandboxes goes.
+	if pools, err := d.c.ListPools(ctx); err == nil {
+		for _, p := range pools.Pools {
+			d.c.DeletePool(ctx, p.Name)
+		}
+	}
 	list, err := d.c.ListSandboxes(ctx, client.ListOptions{})
 	if err != nil {
 		return
