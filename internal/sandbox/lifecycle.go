@@ -48,6 +48,9 @@ func (m *Manager) Start(ctx context.Context) error {
 	if err := m.reconcileSnapshots(ctx); err != nil {
 		return fmt.Errorf("reconcile snapshots: %w", err)
 	}
+	if err := m.loadPools(ctx); err != nil {
+		return fmt.Errorf("load pools: %w", err)
+	}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	go func() {
 		<-m.stop

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -38,6 +39,9 @@ type pool struct {
 	ready   []string // ids of ready sandboxes, oldest first
 	filling int      // creates under way
 	deleted bool
+	// adopting: loaded at start, its members not adopted yet (no refill
+	// until they are).
+	adopting bool
 }
 
 func (m *Manager) poolView(p *pool) api.Pool {
@@ -205,7 +209,7 @@ func (m *Manager) refill(p *pool) {
 	}
 	p.mu.Lock()
 	need := p.rec.Size - len(p.ready) - p.filling
-	if p.deleted || need <= 0 {
+	if p.deleted || p.adopting || need <= 0 {
 		p.mu.Unlock()
 		return
 	}
@@ -474,31 +478,51 @@ func (m *Manager) claim(ctx context.Context, id string, req *api.CreateSandboxRe
 	return m.view(sb), nil
 }
 
-// loadPools restores the pools at start: their records, and as ready
-// sandboxes the running ones still labelled ready, up to each pool's size
-// (the oldest first); the rest, and ready sandboxes whose pool is gone,
-// are ended.
+// loadPools restores the pools' records at start (before the API
+// serves: a create naming a pool finds it), each waiting to adopt its
+// members; adoptPoolMembers does that once the sandboxes are settled.
 func (m *Manager) loadPools(ctx context.Context) error {
 	recs, err := m.store.ListPools(ctx)
 	if err != nil {
 		return err
 	}
-	known := map[string]bool{poolKey(tenant.Default, DefaultPoolName): true}
-	for _, rec := range recs {
-		known[poolKey(rec.Tenant, rec.Name)] = true
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.pools == nil {
+		m.pools = map[string]*pool{}
 	}
+	for _, rec := range recs {
+		m.pools[poolKey(rec.Tenant, rec.Name)] = &pool{rec: *rec, adopting: true}
+	}
+	return nil
+}
+
+// adoptPoolMembers takes the running sandboxes still labelled ready as
+// their pools' ready sandboxes, up to each pool's size (the oldest first),
+// ends the rest and the ready sandboxes whose pool is gone, and refills
+// the pools.
+func (m *Manager) adoptPoolMembers(ctx context.Context) error {
+	m.mu.Lock()
+	pools := maps.Clone(m.pools)
+	m.mu.Unlock()
 	strays, err := m.store.List(ctx, store.ListFilter{Node: m.node, Labels: map[string]string{PoolReadyLabel: "true"}})
 	if err != nil {
 		return err
 	}
 	for _, sb := range strays {
-		if !sb.State.Ended() && !m.elsewhere(sb) && !known[poolKey(sb.Tenant, sb.Spec.Labels[PoolLabel])] {
+		name := sb.Spec.Labels[PoolLabel]
+		if !sb.State.Ended() && !m.elsewhere(sb) && name != DefaultPoolName && pools[poolKey(sb.Tenant, name)] == nil {
 			m.terminate(context.WithoutCancel(ctx), sb.ID, "its pool no longer exists", lockOpts{})
 		}
 	}
-	for _, rec := range recs {
-		p := &pool{rec: *rec}
-		list, err := m.store.List(ctx, store.ListFilter{Tenant: rec.Tenant, State: api.StateRunning, Node: m.node, Labels: map[string]string{PoolLabel: rec.Name, PoolReadyLabel: "true"}})
+	for _, p := range pools {
+		p.mu.Lock()
+		adopting := p.adopting
+		p.mu.Unlock()
+		if !adopting {
+			continue // made since the start
+		}
+		list, err := m.store.List(ctx, store.ListFilter{Tenant: p.rec.Tenant, State: api.StateRunning, Node: m.node, Labels: map[string]string{PoolLabel: p.rec.Name, PoolReadyLabel: "true"}})
 		if err != nil {
 			return err
 		}
@@ -506,19 +530,21 @@ func (m *Manager) loadPools(ctx context.Context) error {
 			if m.elsewhere(list[i]) || m.findLive(list[i].ID) == nil {
 				continue
 			}
-			if len(p.ready) >= rec.Size {
+			p.mu.Lock()
+			keep := !p.deleted && len(p.ready) < p.rec.Size
+			if keep {
+				p.ready = append(p.ready, list[i].ID)
+			}
+			p.mu.Unlock()
+			if !keep {
 				m.terminate(context.WithoutCancel(ctx), list[i].ID, "pool is smaller now", lockOpts{})
 				continue
 			}
-			p.ready = append(p.ready, list[i].ID)
 			m.markPooled(list[i].ID, true)
 		}
-		m.mu.Lock()
-		if m.pools == nil {
-			m.pools = map[string]*pool{}
-		}
-		m.pools[poolKey(rec.Tenant, rec.Name)] = p
-		m.mu.Unlock()
+		p.mu.Lock()
+		p.adopting = false
+		p.mu.Unlock()
 		m.refill(p)
 	}
 	return nil

@@ -29,8 +29,8 @@ import (
 // with Retry-After (calls about other sandboxes, creates and lists are
 // served). A fork cut short is undone on the way: its snapshot deleted
 // before the rows are settled, its branches ended as they are. Once all
-// are settled the leftovers of ended sandboxes are swept, pools loaded,
-// and the idle reaper starts.
+// are settled the leftovers of ended sandboxes are swept, pools adopt
+// their ready sandboxes and refill, and the idle reaper starts.
 
 const (
 	// DefaultAgentWait bounds how long a restarted daemon waits for an
@@ -129,8 +129,8 @@ func (m *Manager) background(ctx context.Context, todo []*store.Sandbox, dirs []
 		return
 	}
 	m.sweepSandboxDirs(ctx, dirs)
-	if err := m.loadPools(ctx); err != nil {
-		m.log.Error("load pools", "err", err)
+	if err := m.adoptPoolMembers(ctx); err != nil {
+		m.log.Error("adopt pool members", "err", err)
 	}
 	if err := m.startDefaultPool(ctx); err != nil {
 		m.log.Error("default pool", "err", err)

@@ -23,6 +23,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"sync"
 	"strconv"
 
 	"github.com/forkbox/forkbox/internal/agent/wire"
@@ -37,6 +38,10 @@ type Client struct {
 	hc     *http.Client
 	dir    *os.File // held open when the socket is reached through it
 	conns  conns
+	// dirMu keeps Close from closing dir under a dial; closed: Close ran,
+	// and dials fail.
+	dirMu  sync.RWMutex
+	closed bool
 }
 
 // New returns a client for the agent listening on socket (a host
@@ -66,7 +71,13 @@ func newClient(socket string, dir *os.File, openErr error) *Client {
 			if openErr != nil {
 				return nil, openErr
 			}
+			c.dirMu.RLock()
+			if c.closed {
+				c.dirMu.RUnlock()
+				return nil, fmt.Errorf("agent client of %s: closed", socket)
+			}
 			fd, err := unix.Openat(int(dir.Fd()), name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			c.dirMu.RUnlock()
 			if err != nil {
 				return nil, &os.PathError{Op: "open", Path: socket, Err: err}
 			}
@@ -95,9 +106,12 @@ func newClient(socket string, dir *os.File, openErr error) *Client {
 // Close releases the client's connections and handles.
 func (c *Client) Close() {
 	c.hc.CloseIdleConnections()
-	if c.dir != nil {
+	c.dirMu.Lock()
+	defer c.dirMu.Unlock()
+	if c.dir != nil && !c.closed {
 		c.dir.Close()
 	}
+	c.closed = true
 }
 
 func (c *Client) do(ctx context.Context, method, path string, q url.Values, body io.Reader, ctype string) (*http.Response, error) {

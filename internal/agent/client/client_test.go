@@ -203,3 +203,38 @@ func TestClientSocket(t *testing.T) {
 		}
 	}
 }
+
+// A client closed while calls are dialing (a sandbox terminated under a
+// call) fails those calls; it never dials through a closed descriptor.
+// Run with -race.
+func TestCloseWhileDialing(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "agent.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	for range 20 {
+		c := New(sock)
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				if err := c.Health(ctx); err != nil && !strings.Contains(err.Error(), "closed") {
+					t.Errorf("a call racing Close: %v", err)
+				}
+			}()
+		}
+		c.Close()
+		wg.Wait()
+		if err := c.Health(context.Background()); err == nil || !strings.Contains(err.Error(), "closed") {
+			t.Errorf("a call after Close: %v; want it refused as closed", err)
+		}
+	}
+}
