@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -40,7 +41,17 @@ const leftoverCRIUKillWait = 5 * time.Second
 // and kills nothing. It returns the pids found and, of them, those it
 // killed.
 func (r *Runtime) LeftoverCRIU(ctx context.Context, wait time.Duration) (found, killed []int) {
-	found = orphanedCRIU(filepath.Dir(filepath.Clean(r.cfg.Dir)))
+	// The user namespace holders of restores cut short (idmapping a
+	// restore's layers) serve nothing any more: they go at once.
+	for _, h := range r.orphanedHolders() {
+		if h.kill() {
+			r.log.Info("killed the user namespace holder of a restore the previous daemon did not finish", "pid", h.pid)
+		}
+	}
+	procs := orphanedCRIU(filepath.Dir(filepath.Clean(r.cfg.Dir)))
+	for _, p := range procs {
+		found = append(found, p.pid)
+	}
 	if len(found) == 0 {
 		return nil, nil
 	}
@@ -52,9 +63,9 @@ func (r *Runtime) LeftoverCRIU(ctx context.Context, wait time.Duration) (found, 
 	if ctx.Err() != nil {
 		return found, nil
 	}
-	for _, pid := range left {
-		if unix.Kill(pid, unix.SIGKILL) == nil {
-			killed = append(killed, pid)
+	for _, p := range procs {
+		if slices.Contains(left, p.pid) && p.kill() {
+			killed = append(killed, p.pid)
 		}
 	}
 	if len(killed) > 0 {
@@ -83,17 +94,24 @@ func (r *Runtime) Recover(ctx context.Context, id string) (Recovered, error) {
 		return rec, err
 	}
 	seen := map[int]bool{}
+	var tracers []proc
 	for _, pid := range pids {
 		if t := tracerOf(pid); t > 0 && t != os.Getpid() && !seen[t] {
 			seen[t] = true
-			rec.Tracers = append(rec.Tracers, t)
+			if start, err := pidStartTime(t); err == nil {
+				rec.Tracers = append(rec.Tracers, t)
+				tracers = append(tracers, proc{pid: t, start: start})
+			}
 		}
 	}
 	if len(rec.Tracers) > 0 {
 		r.log.Warn("a sandbox's processes are still traced by a process of a daemon that is gone; waiting for it",
 			"sandbox", id, "tracers", rec.Tracers)
-		for _, pid := range waitGone(ctx, rec.Tracers) {
-			unix.Kill(pid, unix.SIGKILL)
+		left := waitGone(ctx, rec.Tracers)
+		for _, t := range tracers {
+			if slices.Contains(left, t.pid) {
+				t.kill()
+			}
 		}
 		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leftoverCRIUKillWait)
 		waitGone(kctx, rec.Tracers)
@@ -170,22 +188,68 @@ func tracerOf(pid int) int {
 	return 0
 }
 
+// proc is a process as found: its pid and start time, so that a kill
+// never reaches another process that reused the pid.
+type proc struct {
+	pid   int
+	start uint64
+}
+
+// kill sends SIGKILL to p if p is still the process found; it reports
+// whether it did.
+func (p proc) kill() bool {
+	if start, err := pidStartTime(p.pid); err != nil || start != p.start {
+		return false
+	}
+	return unix.Kill(p.pid, unix.SIGKILL) == nil
+}
+
+// orphanedHolders lists the user namespace holders (`/bin/sleep 3600` in a
+// user namespace mapping one of this daemon's id ranges) whose parent is
+// not a forkbox process: the daemon that was restoring with them is gone.
+func (r *Runtime) orphanedHolders() []proc {
+	if r.cfg.IDs == nil {
+		return nil
+	}
+	return scanProcs(func(pid int, argv []string, ppid int) bool {
+		if len(argv) != 2 || argv[0] != "/bin/sleep" || argv[1] != "3600" || isForkbox(ppid) {
+			return false
+		}
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/uid_map")
+		f := strings.Fields(string(b))
+		if err != nil || len(f) != 3 || f[0] != "0" {
+			return false
+		}
+		base, err := strconv.ParseUint(f[1], 10, 32)
+		return err == nil && r.cfg.IDs.Owns(uint32(base))
+	})
+}
+
 // orphanedCRIU lists the `criu swrk` processes whose parent is not a
 // forkbox process (the daemon that started them is gone) and that hold a
 // file under dataDir open.
-func orphanedCRIU(dataDir string) []int {
+func orphanedCRIU(dataDir string) []proc {
+	return scanProcs(func(pid int, argv []string, ppid int) bool {
+		return len(argv) >= 2 && filepath.Base(argv[0]) == "criu" && argv[1] == "swrk" &&
+			!isForkbox(ppid) && holdsFileUnder(pid, dataDir)
+	})
+}
+
+// scanProcs lists the processes for which match (given the pid, its
+// argv and its parent's pid) holds.
+func scanProcs(match func(pid int, argv []string, ppid int) bool) []proc {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
 	}
-	var out []int
+	var out []proc
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
 		argv := cmdline(pid)
-		if len(argv) < 2 || filepath.Base(argv[0]) != "criu" || argv[1] != "swrk" {
+		if len(argv) == 0 {
 			continue
 		}
 		f, err := statFields(pid)
@@ -193,10 +257,11 @@ func orphanedCRIU(dataDir string) []int {
 			continue
 		}
 		ppid, _ := strconv.Atoi(f[1])
-		if isForkbox(ppid) || !holdsFileUnder(pid, dataDir) {
+		start, err := strconv.ParseUint(f[19], 10, 64)
+		if err != nil || !match(pid, argv, ppid) {
 			continue
 		}
-		out = append(out, pid)
+		out = append(out, proc{pid: pid, start: start})
 	}
 	return out
 }

@@ -123,6 +123,14 @@ func (a *Allocator) claim(base uint32) (bool, error) {
 	return false, nil
 }
 
+// Owns reports whether base is claimed host-wide by this allocator's
+// owner (its data dir): a range of this daemon's sandboxes, now or before
+// a restart.
+func (a *Allocator) Owns(base uint32) bool {
+	b, err := os.ReadFile(filepath.Join(a.claims, strconv.FormatUint(uint64(base), 10)))
+	return err == nil && string(b) == a.owner
+}
+
 // unclaim gives base back host-wide.
 func (a *Allocator) unclaim(base uint32) {
 	path := filepath.Join(a.claims, strconv.FormatUint(uint64(base), 10))

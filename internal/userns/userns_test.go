@@ -92,6 +92,9 @@ func TestClaimsKeepDaemonsApart(t *testing.T) {
 	if err := b.Reserve(ra); err == nil {
 		t.Fatal("b reserved a's range")
 	}
+	if !a.Owns(ra) || a.Owns(rb) || b.Owns(ra) || !b.Owns(rb) {
+		t.Fatalf("owners: a owns %d %v, %d %v; b owns %d %v, %d %v", ra, a.Owns(ra), rb, a.Owns(rb), ra, b.Owns(ra), rb, b.Owns(rb))
+	}
 	// a's data dir goes away (a test's temp dir): its claim is stale.
 	os.RemoveAll(dirA)
 	if r, err := b.Alloc(); err != nil || r != ra {

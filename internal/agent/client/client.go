@@ -23,8 +23,8 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"sync"
 	"strconv"
+	"sync"
 
 	"github.com/forkbox/forkbox/internal/agent/wire"
 	"github.com/forkbox/forkbox/internal/errdefs"
