@@ -1010,12 +1010,15 @@ func procInfo(dir string) string {
 }
 
 // daemon is a `forkbox serve` run by the test (a small copy of the e2e
-// tests' helper).
+// tests' helper). spawn starts it (again: the chaos test restarts it with
+// the same flags after each kill), appending to the same log.
 type daemon struct {
 	dataDir, addr, logPath string
+	bin                    string
+	args                   []string // serve's flags after --listen and --data-dir
 	cmd                    *exec.Cmd
 	c                      *client.Client
-	exited                 chan struct{}
+	exited                 chan struct{} // closed when the process of cmd has exited
 }
 
 // forkboxBinary is a copy of FORKBOX_BIN (make test and make soak set it)
@@ -1050,8 +1053,8 @@ func forkboxBinary(t *testing.T) string {
 
 // startDaemon builds the default image if needed (in the images directory
 // the other tests share), then starts a daemon on a free port with its own
-// data dir, and stops it when the test ends.
-func startDaemon(t *testing.T, bin, dataDir string) *daemon {
+// data dir and the extra serve flags args, and stops it when the test ends.
+func startDaemon(t *testing.T, bin, dataDir string, args ...string) *daemon {
 	if os.Getenv("FORKBOX_IMAGES_DIR") == "" {
 		t.Setenv("FORKBOX_IMAGES_DIR", filepath.Join(fbdaemon.DefaultDataDir(), "images"))
 	}
@@ -1067,18 +1070,10 @@ func startDaemon(t *testing.T, bin, dataDir string) *daemon {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	d := &daemon{dataDir: dataDir, addr: addr, logPath: dataDir + ".log", exited: make(chan struct{})}
-	logf, err := os.Create(d.logPath)
-	if err != nil {
+	d := &daemon{dataDir: dataDir, addr: addr, logPath: dataDir + ".log", bin: bin, args: args}
+	if err := d.spawn(); err != nil {
 		t.Fatal(err)
 	}
-	d.cmd = exec.Command(bin, "serve", "--listen", addr, "--data-dir", dataDir)
-	d.cmd.Stdout, d.cmd.Stderr = logf, logf
-	d.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := d.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { d.cmd.Wait(); logf.Close(); close(d.exited) }()
 	t.Cleanup(func() { d.stop(t) })
 	d.c = client.New("http://" + addr)
 	deadline := time.Now().Add(60 * time.Second)
@@ -1099,6 +1094,26 @@ func startDaemon(t *testing.T, bin, dataDir string) *daemon {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// spawn starts the daemon's process with its flags, its output appended to
+// its log, and sets cmd and a new exited.
+func (d *daemon) spawn() error {
+	logf, err := os.OpenFile(d.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(d.bin, append([]string{"serve", "--listen", d.addr, "--data-dir", d.dataDir}, d.args...)...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return err
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); logf.Close(); close(exited) }()
+	d.cmd, d.exited = cmd, exited
+	return nil
 }
 
 // stop ends the daemon with SIGTERM: with nothing running it must be gone
