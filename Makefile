@@ -15,7 +15,7 @@ ARGS   ?=
 # Run privileged steps directly as root, else through sudo when present.
 SUDO := $(shell if [ "$$(id -u)" -ne 0 ]; then command -v sudo; fi)
 
-.PHONY: all build install setup image run test bench soak fmt fmt-check vet lint clean
+.PHONY: all build install setup image run test bench soak chaos fmt fmt-check vet lint clean
 
 all: build
 
@@ -71,6 +71,26 @@ SOAK_TIMEOUT  ?= 45m
 soak: setup build image
 	@if [ "$$(id -u)" -ne 0 ]; then echo "make soak: the soak needs root" >&2; exit 1; fi
 	FORKBOX_SOAK_DURATION=$(SOAK_DURATION) $(GO) test -count=1 -v -run '^TestSoak$$' -timeout $(SOAK_TIMEOUT) ./test/soak/
+
+# The chaos soak (test/soak, TestChaos): CHAOS_WORKERS clients of the soak's
+# kind while the daemon is SIGKILLed CHAOS_KILLS times (some just after a
+# suspend, checkpoint, fork or resume started) and restarted, failing on a
+# lost session or value, a 5xx but 503 with Retry-After, a restart slower
+# than 5 s to /healthz, a sandbox left transient, or a leak; make test runs
+# a 100-second one with 3 kills. The kills spread over CHAOS_DURATION, or
+# come a mean CHAOS_INTERVAL of traffic apart; CHAOS_SEED repeats a run's
+# choices; the daemon's whole log of a failed run goes to bin/chaos-daemon.log.
+CHAOS_DURATION ?= 20m
+CHAOS_KILLS    ?= 30
+CHAOS_WORKERS  ?= 6
+CHAOS_INTERVAL ?=
+CHAOS_SEED     ?=
+CHAOS_TIMEOUT  ?= 60m
+chaos: setup build image
+	@if [ "$$(id -u)" -ne 0 ]; then echo "make chaos: the chaos soak needs root" >&2; exit 1; fi
+	FORKBOX_CHAOS_DURATION=$(CHAOS_DURATION) FORKBOX_CHAOS_KILLS=$(CHAOS_KILLS) FORKBOX_CHAOS_WORKERS=$(CHAOS_WORKERS) \
+	FORKBOX_CHAOS_INTERVAL=$(CHAOS_INTERVAL) FORKBOX_CHAOS_SEED=$(CHAOS_SEED) FORKBOX_CHAOS_LOG=$(CURDIR)/bin/chaos-daemon.log \
+		$(GO) test -count=1 -v -run '^TestChaos$$' -timeout $(CHAOS_TIMEOUT) ./test/soak/
 
 # Fuzzing: every Fuzz target of the repository (found with go test -list in
 # the packages whose tests declare one, so new targets are picked up), one

@@ -71,12 +71,12 @@ var killPlan = []string{"suspend", "checkpoint", "fork", "", "resume", ""}
 // files, take memory and filesystem checkpoints and restore them, fork
 // into 2, suspend (and auto-resume with the next call), delete — while a
 // killer kills the daemon with SIGKILL FORKBOX_CHAOS_KILLS times (default
-// 3), a mean of FORKBOX_CHAOS_INTERVAL of traffic apart (default the
-// duration over kills+1), sometimes at a random moment and sometimes just
-// after a worker started a suspend, a checkpoint, a fork or a resume, and
-// restarts it restartDelay later with the same flags and data dir. Traffic
-// runs for FORKBOX_CHAOS_DURATION (default 100s), and until the last kill
-// is checked.
+// 3; spread over the duration, or a mean of FORKBOX_CHAOS_INTERVAL of
+// traffic apart), sometimes at a random moment and sometimes just after a
+// worker started a suspend, a checkpoint, a fork or a resume, and restarts
+// it restartDelay later with the same flags and data dir. Traffic runs for
+// FORKBOX_CHAOS_DURATION (default 100s), and until the last kill is
+// checked.
 //
 // Each worker keeps a ledger of what the API acknowledged: its sessions,
 // their state, the variables set in them and the hash of their file, its
@@ -108,23 +108,29 @@ func TestChaos(t *testing.T) {
 	dur := envDuration(t, "FORKBOX_CHAOS_DURATION", defaultChaosDuration)
 	kills := int(envInt(t, "FORKBOX_CHAOS_KILLS", defaultChaosKills))
 	workers := int(envInt(t, "FORKBOX_CHAOS_WORKERS", defaultChaosWorkers))
-	interval := dur / time.Duration(kills+1)
+	var interval time.Duration // 0: the kills spread over the duration
 	if os.Getenv("FORKBOX_CHAOS_INTERVAL") != "" {
-		interval = envDuration(t, "FORKBOX_CHAOS_INTERVAL", interval)
+		interval = envDuration(t, "FORKBOX_CHAOS_INTERVAL", 0)
 	}
 	seed := uint64(envInt(t, "FORKBOX_CHAOS_SEED", time.Now().UnixNano()&(1<<62-1)))
 	if workers < 1 {
 		t.Fatalf("FORKBOX_CHAOS_WORKERS=%d: want at least 1", workers)
 	}
-	// Traffic, then per kill a restart and its checks, then the end's
-	// checks and cleanup: a bound, not an estimate.
-	need := dur + time.Duration(kills)*(healthzGiveUp+settleBound) + 10*time.Minute
+	// Traffic, then per kill a restart and its checks beyond it, then the
+	// end's checks and cleanup.
+	need := dur + time.Duration(kills)*30*time.Second + 5*time.Minute
+	if interval > 0 {
+		need += time.Duration(kills) * interval
+	}
 	if dl, ok := t.Deadline(); ok && time.Until(dl) < need {
 		t.Fatalf("the test deadline (-timeout) leaves %s for a %s chaos soak with %d kills and its checks; give -timeout at least %s",
 			time.Until(dl).Round(time.Second), dur, kills, need.Round(time.Minute))
 	}
-	t.Logf("chaos soak: %s of traffic, %d workers, %d kills about %s apart, seed %d (FORKBOX_CHAOS_SEED)",
-		dur, workers, kills, interval.Round(time.Second), seed)
+	apart := "spread over it"
+	if interval > 0 {
+		apart = fmt.Sprintf("%s of traffic apart", interval)
+	}
+	t.Logf("chaos soak: %s of traffic, %d workers, %d kills %s, seed %d (FORKBOX_CHAOS_SEED)", dur, workers, kills, apart, seed)
 
 	bin := forkboxBinary(t)
 	// The default pool is off: its ready sandboxes would come and go
@@ -158,7 +164,7 @@ func TestChaos(t *testing.T) {
 	killerDone := make(chan struct{})
 	go func() {
 		defer close(killerDone)
-		c.killer(kills, interval)
+		c.killer(kills, dur, interval)
 	}()
 	deadline := start.Add(dur)
 	ws := make([]*cworker, workers)
@@ -525,12 +531,22 @@ func aims(target, op string) bool {
 }
 
 // killer kills the daemon kills times and restarts it, waiting after each
-// restart until every worker checked its ledger, then a random time around
-// interval of traffic before the next.
-func (c *chaos) killer(kills int, interval time.Duration) {
+// restart until every worker checked its ledger. With no interval the n-th
+// kill comes about n/(kills+1) into the duration (within a quarter of the
+// space between kills, and after at least minTraffic of traffic since the
+// last check); with one, after a random half to one and a half of it since
+// the last check.
+func (c *chaos) killer(kills int, dur, interval time.Duration) {
+	const minTraffic = 5 * time.Second
 	r := rand.New(rand.NewPCG(c.seed, 1<<40))
+	slot := dur / time.Duration(kills+1)
 	for n := 1; n <= kills; n++ {
-		if !c.sleep(interval/2 + time.Duration(r.Int64N(int64(interval)+1))) {
+		wait := interval/2 + time.Duration(r.Int64N(int64(interval)+1))
+		if interval == 0 {
+			at := time.Duration(n)*slot + time.Duration(r.Int64N(int64(slot)/2+1)) - slot/4
+			wait = max(minTraffic, at-time.Since(c.start))
+		}
+		if !c.sleep(wait) {
 			return
 		}
 		target := killPlan[(n-1)%len(killPlan)]
