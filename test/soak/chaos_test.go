@@ -2071,16 +2071,8 @@ func (c *chaos) leakChecks() {
 		c.failf("after cleanup: %d snapshots left", len(list.Snapshots))
 	}
 	c.snapshotStore("after cleanup")
-	if entries, _ := os.ReadDir(filepath.Join(c.d.dataDir, "snapshots")); len(entries) > 0 {
-		var names []string
-		for _, e := range entries {
-			if !strings.HasPrefix(e.Name(), ".") {
-				names = append(names, e.Name())
-			}
-		}
-		if len(names) > 0 {
-			c.failf("leak: snapshot directories left: %v", names)
-		}
+	if left := snapshotDirsLeft(c.d.dataDir); len(left) > 0 {
+		c.failf("leak: snapshot directories left: %v", left)
 	}
 	rows, err := c.query("SELECT id FROM sandboxes")
 	if err != nil {
