@@ -2097,6 +2097,7 @@ func (c *chaos) leakChecks() {
 	// bounds.
 	var leaks []string
 	start := time.Now()
+	first := true
 	for {
 		leaks = nil
 		for _, id := range ids {
@@ -2119,6 +2120,11 @@ func (c *chaos) leakChecks() {
 		}
 		if len(leaks) == 0 || time.Since(start) > 30*time.Second {
 			break
+		}
+		if first {
+			// For the report: what a leak was before it went or stayed.
+			c.t.Logf("left on the host right after the cleanup (waiting up to 30s for it to go):\n  %s", strings.Join(leaks, "\n  "))
+			first = false
 		}
 		time.Sleep(time.Second)
 		if out, err := exec.Command("nft", "list", "table", "inet", "forkbox").Output(); err == nil {

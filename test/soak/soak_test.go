@@ -1007,20 +1007,40 @@ func snapshotDirsLeft(dataDir string) []string {
 	return out
 }
 
-// procInfo describes a process for a leak report: pid, state (Z is a
-// zombie nobody reaped yet), parent and command line.
+// procInfo describes a process for a leak report: pid, name, state (Z is a
+// zombie nobody reaped yet), parent, command line, and for a zombie or a
+// process of several threads each thread's state and wait channel (a
+// zombie leader with live threads cannot be reaped).
 func procInfo(dir string) string {
 	stat, _ := os.ReadFile(filepath.Join(dir, "stat"))
 	cmd, _ := os.ReadFile(filepath.Join(dir, "cmdline"))
 	// stat is "pid (comm) state ppid …"; comm may hold spaces.
 	st := string(stat)
-	if i := strings.LastIndexByte(st, ')'); i > 0 {
-		f := strings.Fields(st[i+1:])
+	state := ""
+	if i, j := strings.IndexByte(st, '('), strings.LastIndexByte(st, ')'); i >= 0 && j > i {
+		f := strings.Fields(st[j+1:])
 		if len(f) > 1 {
-			st = fmt.Sprintf("state %s, parent %s", f[0], f[1])
+			state = f[0]
+			st = fmt.Sprintf("%s, state %s, parent %s", st[i+1:j], f[0], f[1])
 		}
 	}
-	return fmt.Sprintf("%s (%s) %q", dir, st, strings.ReplaceAll(strings.TrimSpace(string(cmd)), "\x00", " "))
+	out := fmt.Sprintf("%s (%s) %q", dir, st, strings.ReplaceAll(strings.TrimSpace(string(cmd)), "\x00", " "))
+	tasks, _ := filepath.Glob(filepath.Join(dir, "task", "*"))
+	if state == "Z" || len(tasks) > 1 {
+		var ts []string
+		for _, task := range tasks {
+			b, _ := os.ReadFile(filepath.Join(task, "stat"))
+			wchan, _ := os.ReadFile(filepath.Join(task, "wchan"))
+			s := string(b)
+			if j := strings.LastIndexByte(s, ')'); j > 0 {
+				if f := strings.Fields(s[j+1:]); len(f) > 0 {
+					ts = append(ts, fmt.Sprintf("%s %s %s", filepath.Base(task), f[0], wchan))
+				}
+			}
+		}
+		out += fmt.Sprintf(", threads: %v", ts)
+	}
+	return out
 }
 
 // daemon is a `forkbox serve` run by the test (a small copy of the e2e
