@@ -1078,7 +1078,10 @@ func (w *cworker) cleanup() {
 
 func (w *cworker) nextName() string {
 	w.seq++
-	return fmt.Sprintf("chaos-w%d-%d", max(w.id, 0), w.seq)
+	if w.id < 0 {
+		return fmt.Sprintf("chaos-warm-%d", w.seq)
+	}
+	return fmt.Sprintf("chaos-w%d-%d", w.id, w.seq)
 }
 
 func vname(w *cworker) string {
