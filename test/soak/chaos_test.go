@@ -95,7 +95,8 @@ var killPlan = []string{"suspend", "checkpoint_memory", "fork", "", "resume", "c
 // on any lost session or wrong value; on any 5xx but 503 unavailable with
 // a Retry-After (which it retries); on any transport error but those of a
 // request in flight at a kill; on a restart whose /healthz does not answer
-// within healthzBound; on a sandbox still creating, suspending or resuming
+// within healthzBound, or still counts sandboxes recovering settleBound
+// after it; on a sandbox still creating, suspending or resuming
 // settleBound after a restart; on a frozen cgroup at the end; and, after
 // the final cleanup, on anything left: mounts, loop devices, cgroups,
 // veths, nftables entries and processes of its sandboxes, processes the
@@ -267,7 +268,11 @@ type killRecord struct {
 	delay   time.Duration // after that op's start
 	inFl    []string      // the requests in flight that it cut
 	healthz time.Duration // from the restart to /healthz answering
-	check   time.Duration // from /healthz to every worker's ledger checked
+	// recovering is what that first /healthz counted still settling, and
+	// settled how long after the restart it counted none.
+	recovering int
+	settled    time.Duration
+	check      time.Duration // from /healthz to every worker's ledger checked
 }
 
 // request is one HTTP request in flight; cut is set by a kill during it.
@@ -582,6 +587,7 @@ func (c *chaos) killer(kills int, dur, interval time.Duration) {
 			return
 		}
 		checkStart := time.Now()
+		c.settled(&rec, checkStart.Add(-rec.healthz))
 		if !c.waitChecked(n) {
 			return
 		}
@@ -589,10 +595,16 @@ func (c *chaos) killer(kills int, dur, interval time.Duration) {
 		c.mu.Lock()
 		c.killsLog = append(c.killsLog, rec)
 		c.mu.Unlock()
-		c.t.Logf("kill %d at %s (%s): %d requests cut %v; /healthz after %s; ledgers checked in %s",
+		c.t.Logf("kill %d at %s (%s): %d requests cut %v; %s; ledgers checked in %s",
 			n, rec.at.Round(100*time.Millisecond), rec.describe(), len(rec.inFl), rec.inFl,
-			rec.healthz.Round(time.Millisecond), rec.check.Round(100*time.Millisecond))
+			rec.restarted(), rec.check.Round(100*time.Millisecond))
 	}
+}
+
+// restarted says how the restart went.
+func (k killRecord) restarted() string {
+	return fmt.Sprintf("/healthz %s after the restart (%d sandboxes recovering), none recovering after %s",
+		k.healthz.Round(time.Millisecond), k.recovering, k.settled.Round(time.Millisecond))
 }
 
 func (k killRecord) describe() string {
@@ -680,16 +692,11 @@ func (c *chaos) restart(rec *killRecord) bool {
 		return false
 	}
 	c.watch(exited)
-	hc := &http.Client{Timeout: 500 * time.Millisecond, Transport: &http.Transport{DisableKeepAlives: true}}
 	for {
-		resp, err := hc.Get("http://" + c.d.addr + "/healthz")
+		h, err := c.health()
 		if err == nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-			err = fmt.Errorf("status %d", resp.StatusCode)
+			rec.recovering = h.Recovering
+			break
 		}
 		if c.stopped() {
 			return false
@@ -714,6 +721,48 @@ func (c *chaos) restart(rec *killRecord) bool {
 	close(c.up)
 	c.mu.Unlock()
 	return true
+}
+
+// health asks the daemon's /healthz (a connection of its own, short).
+func (c *chaos) health() (*api.Health, error) {
+	hc := &http.Client{Timeout: 500 * time.Millisecond, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := hc.Get("http://" + c.d.addr + "/healthz")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var h api.Health
+	if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
+		return nil, fmt.Errorf("status %d: %w", resp.StatusCode, err)
+	}
+	if resp.StatusCode != http.StatusOK || h.Status != "ok" {
+		return nil, fmt.Errorf("status %d, %q", resp.StatusCode, h.Status)
+	}
+	return &h, nil
+}
+
+// settled waits until the restarted daemon's /healthz counts no sandbox
+// still recovering, within settleBound, and records how long it took.
+func (c *chaos) settled(rec *killRecord, since time.Time) {
+	for {
+		h, err := c.health()
+		if err == nil && h.Recovering == 0 {
+			rec.settled = time.Since(since)
+			return
+		}
+		if c.stopped() {
+			return
+		}
+		if time.Since(since) > settleBound {
+			what := fmt.Sprint(err)
+			if err == nil {
+				what = fmt.Sprintf("%d sandboxes still recovering", h.Recovering)
+			}
+			c.failf("kill %d: the restarted daemon has not settled %s after its start: %s", rec.n, settleBound, what)
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // stop ends the run after a failure that leaves no daemon to talk to.
@@ -2238,8 +2287,8 @@ func (c *chaos) report(dur time.Duration, workers, kills int, traffic time.Durat
 	fmt.Fprintf(&b, "%d calls, %d HTTP requests, in %s of traffic (seed %d)\n", total, c.reqs.Load(), traffic.Round(time.Second), c.seed)
 	fmt.Fprintf(&b, "kills: %d of %d\n", len(c.killsLog), kills)
 	for _, k := range c.killsLog {
-		fmt.Fprintf(&b, "  kill %d at %s, %s: cut %d requests %v; /healthz %s after the restart; ledgers checked in %s\n",
-			k.n, k.at.Round(100*time.Millisecond), k.describe(), len(k.inFl), k.inFl, k.healthz.Round(time.Millisecond), k.check.Round(100*time.Millisecond))
+		fmt.Fprintf(&b, "  kill %d at %s, %s: cut %d requests %v; %s; ledgers checked in %s\n",
+			k.n, k.at.Round(100*time.Millisecond), k.describe(), len(k.inFl), k.inFl, k.restarted(), k.check.Round(100*time.Millisecond))
 	}
 	checks := make([]string, 0, len(c.checks))
 	for k := range c.checks {
