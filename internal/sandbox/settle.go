@@ -61,8 +61,8 @@ func (m *Manager) Recovering() int {
 	return len(m.settling)
 }
 
-// settlingErr is the error of a call about sandbox id while it is settled
-// (nil when it is not).
+// settlingErr is the error of a call about sandbox id while it is being
+// settled (nil when it is not).
 func (m *Manager) settlingErr(id string) error {
 	m.mu.Lock()
 	s := m.settling[id]
