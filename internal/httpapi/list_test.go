@@ -257,7 +257,9 @@ func TestListOtherPages(t *testing.T) {
 	var audit []int64
 	entries := make([]store.AuditEntry, 9)
 	for i := range entries {
-		entries[i] = store.AuditEntry{At: t0, Tenant: "default", Action: "POST /v1/sandboxes", Status: 201, Outcome: "ok"}
+		// Recent: the server prunes audit entries past their retention in
+		// the background, which a fixed old date would meet mid-test.
+		entries[i] = store.AuditEntry{At: time.Now().UTC(), Tenant: "default", Action: "POST /v1/sandboxes", Status: 201, Outcome: "ok"}
 	}
 	if err := e.st.AppendAudit(ctx, entries); err != nil {
 		t.Fatal(err)

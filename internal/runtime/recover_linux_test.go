@@ -29,11 +29,19 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// fakeCRIU is a stand-in CRIU worker; exited is closed once it has
+// exited and been reaped (err is its Wait's).
+type fakeCRIU struct {
+	pid    int
+	exited chan struct{}
+	err    error
+}
+
 // startFakeCRIU starts a process whose argv is CRIU's worker's, with
 // hold open (a file under a data dir, as a dump's images dir is), living
 // for life. Its parent is the test, no forkbox process: to a daemon it is
 // an orphan.
-func startFakeCRIU(t *testing.T, hold *os.File, life string) *exec.Cmd {
+func startFakeCRIU(t *testing.T, hold *os.File, life string) *fakeCRIU {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
@@ -46,8 +54,10 @@ func startFakeCRIU(t *testing.T, hold *os.File, life string) *exec.Cmd {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	return cmd
+	f := &fakeCRIU{pid: cmd.Process.Pid, exited: make(chan struct{})}
+	go func() { f.err = cmd.Wait(); close(f.exited) }()
+	t.Cleanup(func() { cmd.Process.Kill(); <-f.exited })
+	return f
 }
 
 // LeftoverCRIU waits for the CRIU workers a dead daemon left on its data
@@ -70,22 +80,21 @@ func TestLeftoverCRIU(t *testing.T) {
 	// One that ends within the wait is waited for, not killed.
 	short := startFakeCRIU(t, hold(data), "300ms")
 	foreign := startFakeCRIU(t, hold(other), "forever")
-	go short.Wait() // reaped as it ends
 	found, killed := r.LeftoverCRIU(ctx, 30*time.Second)
-	if !slices.Equal(found, []int{short.Process.Pid}) || len(killed) != 0 {
-		t.Fatalf("found %v, killed %v; want %d found and waited for", found, killed, short.Process.Pid)
+	if !slices.Equal(found, []int{short.pid}) || len(killed) != 0 {
+		t.Fatalf("found %v, killed %v; want %d found and waited for", found, killed, short.pid)
 	}
 
 	// One that outlives the wait is killed; another data dir's is not.
 	stuck := startFakeCRIU(t, hold(data), "forever")
 	found, killed = r.LeftoverCRIU(ctx, 200*time.Millisecond)
-	if !slices.Equal(found, []int{stuck.Process.Pid}) || !slices.Equal(killed, found) {
-		t.Fatalf("found %v, killed %v; want %d found and killed", found, killed, stuck.Process.Pid)
+	if !slices.Equal(found, []int{stuck.pid}) || !slices.Equal(killed, found) {
+		t.Fatalf("found %v, killed %v; want %d found and killed", found, killed, stuck.pid)
 	}
-	if err := stuck.Wait(); err == nil {
+	if <-stuck.exited; stuck.err == nil {
 		t.Fatal("the stuck worker exited on its own")
 	}
-	if !isAlive(foreign.Process.Pid) {
+	if !isAlive(foreign.pid) {
 		t.Fatal("another data dir's worker was killed")
 	}
 
@@ -93,10 +102,10 @@ func TestLeftoverCRIU(t *testing.T) {
 	again := startFakeCRIU(t, hold(data), "forever")
 	cctx, cancel := context.WithCancel(ctx)
 	time.AfterFunc(100*time.Millisecond, cancel)
-	if _, killed := r.LeftoverCRIU(cctx, 30*time.Second); len(killed) != 0 || !isAlive(again.Process.Pid) {
+	if _, killed := r.LeftoverCRIU(cctx, 30*time.Second); len(killed) != 0 || !isAlive(again.pid) {
 		t.Fatalf("killed %v while stopping", killed)
 	}
-	if !isAlive(foreign.Process.Pid) {
+	if !isAlive(foreign.pid) {
 		t.Fatal("another data dir's worker was killed")
 	}
 }

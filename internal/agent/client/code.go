@@ -180,6 +180,12 @@ func (c *Client) JupyterRecv(ctx context.Context, contextID, language string, af
 		}
 		return nil, fmt.Errorf("decode agent answer: %w", err)
 	}
+	if ctx.Err() != nil {
+		// The caller went away while the answer came: it is not read (a
+		// receive takes nothing away; the next one asks from the same
+		// cursor).
+		return nil, ctx.Err()
+	}
 	if err := checkRecvAnswer(&ans, after); err != nil {
 		return nil, fmt.Errorf("sandbox agent's jupyter answer: %w", err)
 	}
