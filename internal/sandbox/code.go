@@ -50,6 +50,12 @@ func (m *Manager) RunCode(ctx context.Context, ref string, req *api.RunCodeReque
 	if req.Context != "" && req.Context != "default" && !contextIDRE.MatchString(req.Context) {
 		return nil, errdefs.InvalidArgument("context: %q is not a context id", req.Context)
 	}
+	if i := strings.IndexByte(req.Code, 0); i >= 0 {
+		// No language's source holds one, and ipykernel never answers a
+		// cell that does (its compile raises outside the cell's handling):
+		// the call would hang and block the context's queue.
+		return nil, errdefs.InvalidArgument("code: contains a NUL byte (at byte %d)", i)
+	}
 	if req.TimeoutMS != nil {
 		if *req.TimeoutMS < 1 || *req.TimeoutMS > 86_400_000 {
 			return nil, rangeErr("timeout_ms", *req.TimeoutMS, 1, 86_400_000)

@@ -65,3 +65,16 @@ func TestLiveStates(t *testing.T) {
 		}
 	}
 }
+
+// A cell holding a NUL byte is refused before it reaches a kernel:
+// ipykernel never answers one, so the call would hang and hold up every
+// cell queued behind it in its context.
+func TestRunCodeRefusesNUL(t *testing.T) {
+	t.Parallel()
+	e := startedEnv(t)
+	sb := e.create(&api.CreateSandboxRequest{})
+	_, err := e.m.RunCode(e.ctx, sb.ID, &api.RunCodeRequest{Code: "x = 1\x00"}, CodeOptions{})
+	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "NUL") {
+		t.Fatalf("a cell with a NUL byte: %v; want invalid argument naming it", err)
+	}
+}

@@ -291,6 +291,11 @@ func TestCodeBadInput(t *testing.T) {
 	if status != 400 || !strings.Contains(string(raw), "timeout_ms") {
 		t.Fatalf("timeout_ms 0: %d %s", status, raw)
 	}
+	// A NUL byte in a cell: refused at once (the kernel would never answer).
+	status, raw = postJSON(t, shared, "/v1/sandboxes/"+sb.ID+"/code", map[string]any{"code": "\x00"})
+	if status != 400 || !strings.Contains(string(raw), "NUL") {
+		t.Fatalf("a cell with a NUL byte: %d %s", status, raw)
+	}
 	// The kernel never saw the refused cells: the next cell is the first.
 	if ex := runCode(t, shared, sb.ID, py("1")); ex.ExecutionCount != 1 {
 		t.Fatalf("refused cells reached the kernel: count %d", ex.ExecutionCount)
@@ -308,12 +313,15 @@ func TestCodeArrivalOrder(t *testing.T) {
 	noError(t, runCode(t, shared, sb.ID, py("import time\norder = []")))
 	var wg sync.WaitGroup
 	wg.Add(1)
-	go func() { defer wg.Done(); runCode(t, shared, sb.ID, py("time.sleep(1.5)")) }()
+	go func() { defer wg.Done(); runCode(t, shared, sb.ID, py("time.sleep(4)")) }()
 	time.Sleep(300 * time.Millisecond)
 	for i := 0; i < 20; i++ {
 		wg.Add(1)
 		go func(i int) { defer wg.Done(); runCode(t, shared, sb.ID, py(fmt.Sprintf("order.append(%d)", i))) }(i)
-		time.Sleep(25 * time.Millisecond) // arrival order is the submission order
+		// Arrival order is the submission order: spaced well beyond what
+		// a loaded host (make test runs packages in parallel) takes to
+		// deliver a request.
+		time.Sleep(100 * time.Millisecond)
 	}
 	wg.Wait()
 	ex := runCode(t, shared, sb.ID, py("order"))
