@@ -25,6 +25,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/forkbox/forkbox/internal/agent/wire"
 	"github.com/forkbox/forkbox/internal/errdefs"
@@ -74,7 +75,7 @@ func newClient(socket string, dir *os.File, openErr error) *Client {
 			c.dirMu.RLock()
 			if c.closed {
 				c.dirMu.RUnlock()
-				return nil, fmt.Errorf("agent client of %s: closed", socket)
+				return nil, c.errClosed()
 			}
 			fd, err := unix.Openat(int(dir.Fd()), name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 			c.dirMu.RUnlock()
@@ -97,24 +98,41 @@ func newClient(socket string, dir *os.File, openErr error) *Client {
 			return c.conns.add(conn), nil
 		},
 		MaxIdleConnsPerHost: 4,
+		IdleConnTimeout:     idleConnTimeout,
 		DisableCompression:  true,
 	}
 	c.hc = &http.Client{Transport: tr}
 	return c
 }
 
+// idleConnTimeout closes a connection to an agent unused this long.
+const idleConnTimeout = 30 * time.Second
+
 // Close releases the client's connections and handles.
+// Calls made after it fail; a connection that a call under way returns
+// afterwards goes within idleConnTimeout.
 func (c *Client) Close() {
-	c.hc.CloseIdleConnections()
 	c.dirMu.Lock()
-	defer c.dirMu.Unlock()
 	if c.dir != nil && !c.closed {
 		c.dir.Close()
 	}
 	c.closed = true
+	c.dirMu.Unlock()
+	c.hc.CloseIdleConnections()
+}
+
+// errClosed is the error of a call on a closed client.
+func (c *Client) errClosed() error {
+	return fmt.Errorf("agent client of %s: closed", c.socket)
 }
 
 func (c *Client) do(ctx context.Context, method, path string, q url.Values, body io.Reader, ctype string) (*http.Response, error) {
+	c.dirMu.RLock()
+	closed := c.closed
+	c.dirMu.RUnlock()
+	if closed {
+		return nil, c.errClosed()
+	}
 	u := "http://agent" + path
 	if len(q) > 0 {
 		u += "?" + q.Encode()
